@@ -1,0 +1,292 @@
+"""Exact, offline, incremental token counting for chat requests.
+
+Counts use tiktoken's BPE with rank files shipped inside this package (see
+``policies.encodings``), so nothing is downloaded. The per-message framing follows
+OpenAI's published counting recipe for chat models: every message costs
+``TOKENS_PER_MESSAGE`` on top of its role and content, a ``name`` costs one more, and the
+reply is primed with ``REPLY_PRIMING`` tokens. Tool schemas and tool calls are counted on
+their compact JSON, which is how they reach the model's prompt, plus a small framing cost.
+
+Counting 120k tokens from cold takes tens of milliseconds, while an agent's next request
+only adds one step, so counts of individual strings are cached by their exact text: the
+next request of a session pays only for its new messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import threading
+import unittest.mock
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import tiktoken
+import tiktoken_ext.openai_public as openai_public
+
+from policies.encodings import EXPECTED_SHA256, EncodingDataError, read_rank_file
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+TOKENS_PER_TOOL_CALL = 3
+TOKENS_PER_TOOL_SCHEMA = 8
+# An image part is billed by its size, which the proxy cannot see without decoding it; this
+# is the documented cost of a low-detail image, used as a floor rather than a guess at size.
+TOKENS_PER_IMAGE_PART = 85
+
+SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(EXPECTED_SHA256)
+
+DEFAULT_MODEL_ENCODINGS: dict[str, str] = {
+    "gpt-4o*": "o200k_base",
+    "gpt-4.1*": "o200k_base",
+    "gpt-4.5*": "o200k_base",
+    "gpt-5*": "o200k_base",
+    "chatgpt-4o*": "o200k_base",
+    "o1*": "o200k_base",
+    "o3*": "o200k_base",
+    "o4*": "o200k_base",
+    "gpt-4*": "cl100k_base",
+    "gpt-3.5*": "cl100k_base",
+    "text-embedding-3*": "cl100k_base",
+    "text-embedding-ada-002": "cl100k_base",
+}
+
+_load_lock = threading.Lock()
+_loaded: dict[str, tiktoken.Encoding] = {}
+
+
+def _parse_ranks(data: bytes) -> dict[bytes, int]:
+    return {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in data.splitlines() if line)
+    }
+
+
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """Build a tiktoken encoding from the packaged rank file, never from the network.
+
+    tiktoken's own constructor supplies the split pattern and special tokens; only its
+    rank loader is redirected, and the data it gets is checked against the hash that
+    tiktoken itself expects for that URL.
+    """
+    with _load_lock:
+        cached = _loaded.get(name)
+        if cached is not None:
+            return cached
+        if name not in SUPPORTED_ENCODINGS:
+            raise EncodingDataError(
+                f"unsupported encoding {name!r}; supported: {', '.join(SUPPORTED_ENCODINGS)}"
+            )
+        constructor = openai_public.ENCODING_CONSTRUCTORS[name]
+
+        def packaged_loader(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+            if expected_hash is not None and expected_hash != EXPECTED_SHA256[name]:
+                raise EncodingDataError(
+                    f"tiktoken expects {expected_hash} for {url}, packaged data is another file"
+                )
+            return _parse_ranks(read_rank_file(name))
+
+        with unittest.mock.patch.object(openai_public, "load_tiktoken_bpe", packaged_loader):
+            spec = constructor()
+        encoding = tiktoken.Encoding(
+            name=spec["name"],
+            pat_str=spec["pat_str"],
+            mergeable_ranks=spec["mergeable_ranks"],
+            special_tokens=spec["special_tokens"],
+        )
+        _loaded[name] = encoding
+        return encoding
+
+
+class _TextCountCache:
+    """Two-generation cache of ``text -> token count``, bounded by the characters it holds.
+
+    Keys are the texts themselves, so a lookup is exact (no digest collisions) and costs a
+    hash plus one comparison. When the young generation fills half the budget it becomes
+    the old one; a hit in the old generation is promoted. That approximates LRU in O(1).
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self._half = max(1, max_chars // 2)
+        self._young: dict[str, int] = {}
+        self._old: dict[str, int] = {}
+        self._young_chars = 0
+
+    def get(self, text: str) -> int | None:
+        count = self._young.get(text)
+        if count is not None:
+            return count
+        count = self._old.get(text)
+        if count is not None:
+            self.put(text, count)
+        return count
+
+    def put(self, text: str, count: int) -> None:
+        if len(text) > self._half:
+            return
+        self._young[text] = count
+        self._young_chars += len(text)
+        if self._young_chars > self._half:
+            self._old = self._young
+            self._young = {}
+            self._young_chars = 0
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTokens:
+    """Token counts of one chat request: per message, tool schemas, and the total prompt."""
+
+    messages: tuple[int, ...]
+    tools: int
+    total: int
+    encoding: str
+
+
+class TokenCounter:
+    """Counts chat requests per model family; cheap on repeated content.
+
+    ``model_encodings`` maps glob patterns of model names to encodings, first match wins;
+    a model that matches none uses ``default_encoding``.
+    """
+
+    def __init__(
+        self,
+        default_encoding: str = "o200k_base",
+        model_encodings: Mapping[str, str] | None = None,
+        cache_max_chars: int = 64 * 1024 * 1024,
+    ) -> None:
+        mapping = dict(DEFAULT_MODEL_ENCODINGS if model_encodings is None else model_encodings)
+        for encoding in (default_encoding, *mapping.values()):
+            if encoding not in SUPPORTED_ENCODINGS:
+                raise ValueError(
+                    f"unsupported encoding {encoding!r}; supported: {', '.join(SUPPORTED_ENCODINGS)}"
+                )
+        self.default_encoding = default_encoding
+        self._patterns = tuple(mapping.items())
+        self._model_cache: dict[str, str] = {}
+        self._encodings: dict[str, tiktoken.Encoding] = {}
+        self._caches: dict[str, _TextCountCache] = {}
+        self._cache_max_chars = cache_max_chars
+
+    def warm_up(self, encodings: Iterable[str] | None = None) -> None:
+        """Load encodings now (about 0.3 s each) instead of on the first request."""
+        for name in encodings or {self.default_encoding, *(e for _, e in self._patterns)}:
+            self._encoding(name)
+
+    def encoding_for(self, model: object) -> str:
+        if not isinstance(model, str):
+            return self.default_encoding
+        found = self._model_cache.get(model)
+        if found is None:
+            found = next(
+                (enc for pattern, enc in self._patterns if fnmatch.fnmatchcase(model, pattern)),
+                self.default_encoding,
+            )
+            if len(self._model_cache) < 4096:
+                self._model_cache[model] = found
+        return found
+
+    def _encoding(self, name: str) -> tiktoken.Encoding:
+        encoding = self._encodings.get(name)
+        if encoding is None:
+            encoding = load_encoding(name)
+            self._encodings[name] = encoding
+            self._caches[name] = _TextCountCache(self._cache_max_chars)
+        return encoding
+
+    def count_text(self, text: str, encoding: str | None = None) -> int:
+        name = encoding or self.default_encoding
+        cache = self._caches.get(name)
+        if cache is None:
+            self._encoding(name)
+            cache = self._caches[name]
+        count = cache.get(text)
+        if count is None:
+            count = len(self._encodings[name].encode_ordinary(text)) if text else 0
+            cache.put(text, count)
+        return count
+
+    def count_content(self, content: object, encoding: str) -> int:
+        """Content as a string, a list of parts, or anything else JSON (counted as JSON)."""
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content, encoding)
+        if isinstance(content, list):
+            total = 0
+            for part in content:
+                if isinstance(part, dict):
+                    kind = part.get("type")
+                    text = part.get("text")
+                    if isinstance(text, str):
+                        total += self.count_text(text, encoding)
+                    elif kind in ("image_url", "input_image", "image"):
+                        total += TOKENS_PER_IMAGE_PART
+                    else:
+                        total += self.count_text(orjson.dumps(part).decode(), encoding)
+                elif isinstance(part, str):
+                    total += self.count_text(part, encoding)
+            return total
+        return self.count_text(orjson.dumps(content).decode(), encoding)
+
+    def count_message(self, message: object, encoding: str) -> int:
+        if not isinstance(message, dict):
+            return TOKENS_PER_MESSAGE
+        total = TOKENS_PER_MESSAGE
+        role = message.get("role")
+        if isinstance(role, str):
+            total += self.count_text(role, encoding)
+        total += self.count_content(message.get("content"), encoding)
+        name = message.get("name")
+        if isinstance(name, str) and name:
+            total += TOKENS_PER_NAME + self.count_text(name, encoding)
+        tool_calls = message.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for call in tool_calls:
+                total += TOKENS_PER_TOOL_CALL
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    fn_name = function.get("name")
+                    if isinstance(fn_name, str):
+                        total += self.count_text(fn_name, encoding)
+                    arguments = function.get("arguments")
+                    if isinstance(arguments, str):
+                        total += self.count_text(arguments, encoding)
+                    elif arguments is not None:
+                        total += self.count_content(arguments, encoding)
+        function_call = message.get("function_call")
+        if isinstance(function_call, dict):
+            total += self.count_content(function_call, encoding)
+        return total
+
+    def count_tools(self, tools: object, encoding: str) -> int:
+        if not isinstance(tools, list) or not tools:
+            return 0
+        total = 0
+        for tool in tools:
+            total += TOKENS_PER_TOOL_SCHEMA + self.count_text(orjson.dumps(tool).decode(), encoding)
+        return total
+
+    def count_messages(self, messages: Sequence[object], encoding: str) -> tuple[int, ...]:
+        return tuple(self.count_message(m, encoding) for m in messages)
+
+    def count_request(self, body: Mapping[str, Any]) -> RequestTokens:
+        """Prompt tokens of a chat request: messages, tool schemas and the reply priming."""
+        encoding = self.encoding_for(body.get("model"))
+        messages = body.get("messages")
+        per_message = self.count_messages(messages, encoding) if isinstance(messages, list) else ()
+        tools = self.count_tools(body.get("tools"), encoding) + self.count_tools(
+            body.get("functions"), encoding
+        )
+        return RequestTokens(
+            messages=per_message,
+            tools=tools,
+            total=sum(per_message) + tools + REPLY_PRIMING,
+            encoding=encoding,
+        )

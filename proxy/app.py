@@ -1,0 +1,139 @@
+"""The application factory. Everything an app needs is built here and owned by it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+from litestar import Litestar, MediaType, Response, get
+from litestar.openapi import OpenAPIConfig
+
+from policies.pipeline import Policy, build_policies
+from policies.tokens import TokenCounter
+from proxy.handlers import ProxyHandler, Receive, Scope, Send
+from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.settings import Settings
+from proxy.upstream import Upstream
+
+
+@dataclass
+class AppState:
+    """What one running app owns; reachable as ``app.state.proxy`` for tests and tools."""
+
+    settings: Settings
+    upstream: Upstream
+    counter: TokenCounter
+    policies: dict[str, Policy]
+    metrics: Metrics
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def prepare_state_dir(path: str) -> Path:
+    """Create the state directory readable by its owner only (it will hold offloaded
+    tool outputs, which can contain anything a tool printed)."""
+    state = Path(path)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(state, 0o700)
+    return state
+
+
+def create_app(
+    settings: Settings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    logger: Any = None,
+    counter: TokenCounter | None = None,
+) -> ProxyApp:
+    """Build the proxy. ``transport`` replaces the upstream network (tests use
+    ``httpx.MockTransport`` or respx); ``counter`` lets callers share a warm counter."""
+    counter = counter or TokenCounter(
+        default_encoding=settings.tokens.default_encoding,
+        model_encodings=settings.tokens.model_encodings,
+        cache_max_chars=settings.tokens.cache_max_chars,
+    )
+    policies = build_policies({name: (p.description, p.stages) for name, p in settings.policies.items()})
+    metrics = Metrics()
+    upstream = Upstream(settings.upstream, transport=transport)
+    state = AppState(
+        settings=settings, upstream=upstream, counter=counter, policies=policies, metrics=metrics
+    )
+    handler = ProxyHandler(settings, upstream, counter, policies, metrics, logger=logger)
+    log = logger or structlog.get_logger("compaction_proxy")
+
+    @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @get("/readyz", sync_to_thread=False, media_type=MediaType.JSON)
+    def readyz() -> Response[dict[str, str]]:
+        """Readiness: encodings loaded and the state directory usable."""
+        if state.ready.is_set():
+            return Response({"status": "ready"})
+        return Response({"status": "starting"}, status_code=503)
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics_route() -> Response[bytes]:
+        """Prometheus text exposition."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    async def on_startup() -> None:
+        prepare_state_dir(settings.state_dir)
+        # Loading a BPE table takes a few hundred ms: do it off the event loop, before ready.
+        await asyncio.to_thread(counter.warm_up)
+        state.ready.set()
+        log.info(
+            "started",
+            upstream=settings.upstream.base_url,
+            policy=settings.policy,
+            mode=settings.mode,
+            policies=sorted(policies),
+        )
+
+    async def on_shutdown() -> None:
+        await upstream.aclose()
+
+    app = Litestar(
+        route_handlers=[healthz, readyz, metrics_route],
+        on_startup=[on_startup],
+        on_shutdown=[on_shutdown],
+        openapi_config=OpenAPIConfig(title="compaction-proxy", version="0.1.0", path="/schema"),
+        logging_config=None,
+        debug=False,
+    )
+    app.state.proxy = state
+    return ProxyApp(app, handler, state)
+
+
+class ProxyApp:
+    """The ASGI entry point: ``/v1/*`` goes straight to the proxy handler, the rest
+    (health, metrics, admin, OpenAPI, lifespan) to the Litestar app.
+
+    The data plane skips the framework's router and middleware on purpose: they would
+    wrap every streamed chunk and cost time on every request for features a byte relay
+    does not use.
+    """
+
+    def __init__(self, control: Litestar, handler: ProxyHandler, state: AppState) -> None:
+        self.control = control
+        self.handler = handler
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and is_data_plane(scope["path"]):
+            await self.handler(scope, receive, send)
+        else:
+            await self.control(scope, receive, send)  # type: ignore[arg-type]
+
+
+_CONTROL_PREFIXES = ("/v1/compaction/",)
+
+
+def is_data_plane(path: str) -> bool:
+    """Every ``/v1`` path is forwarded upstream except the proxy's own admin API."""
+    return (path == "/v1" or path.startswith("/v1/")) and not path.startswith(_CONTROL_PREFIXES)

@@ -1,0 +1,357 @@
+"""The ``/v1`` edge: chat completions through the policy pipeline, everything else verbatim.
+
+These are raw ASGI handlers on purpose. A proxy must relay bytes and stream chunks as they
+arrive, see a client disconnect, and never re-encode what it does not change; a framework
+request/response cycle would get in the way of all four and cost time on every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+
+from policies.pipeline import Policy, PolicyOutcome
+from policies.tokens import TokenCounter
+from proxy.errors import ProxyError, error_body
+from proxy.forwarding import (
+    client_response_headers,
+    header_value,
+    is_safe_path,
+    upstream_request_headers,
+    upstream_url,
+)
+from proxy.metrics import Metrics
+from proxy.settings import Settings
+from proxy.upstream import Upstream, failure_kind, upstream_failure
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+CHAT_PATH = b"/v1/chat/completions"
+_MODES = ("enforce", "shadow", "off")
+_SSE = b"text/event-stream"
+
+
+class ClientDisconnected(Exception):
+    """The client went away; nothing more can be sent to it."""
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Facts about one proxied request, gathered for the log line and the metrics."""
+
+    request_id: str
+    route: str
+    method: str
+    started: float
+    status: int = 0
+    upstream_seconds: float = 0.0
+    policy: str = "-"
+    mode: str = "-"
+    stream: bool = False
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    error: str | None = None
+    # Set just before the last body message: from then on a disconnect is the normal end.
+    responded: bool = False
+    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _status_class(status: int) -> str:
+    return f"{status // 100}xx" if status else "none"
+
+
+def _new_request_id() -> str:
+    return "cpx-" + os.urandom(12).hex()
+
+
+async def _send_error(send: Send, error: ProxyError, extra_headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer with an error; the caller marks the exchange as responded first."""
+    body = error.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *error.headers,
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # orjson refuses integers beyond 64 bits and NaN, which are valid for Python's
+        # parser; such a request is still forwarded rather than refused by the proxy.
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
+
+
+class ProxyHandler:
+    """Dispatches every ``/v1/*`` request that no admin route claimed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        counter: TokenCounter,
+        policies: Mapping[str, Policy],
+        metrics: Metrics,
+        logger: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.counter = counter
+        self.policies = policies
+        self.metrics = metrics
+        # Bound once: a lazy proxy logger would resolve its configuration on every call.
+        self.log = (logger or structlog.get_logger("compaction_proxy")).bind()
+        self._base_url = settings.upstream.base_url
+        self._api_key = settings.upstream.api_key
+        self._max_body = settings.server.max_body_bytes
+        self._valid_policies = ", ".join(sorted(policies))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        raw_path = raw_path.split(b"?", 1)[0]
+        is_chat = raw_path == CHAT_PATH and scope["method"] == "POST"
+        exchange = Exchange(
+            request_id=_new_request_id(),
+            route="chat" if is_chat else "passthrough",
+            method=scope["method"],
+            started=time.perf_counter(),
+        )
+        exchange.extra_headers.append((b"x-compaction-request-id", exchange.request_id.encode()))
+        current = asyncio.current_task()
+
+        async def watch_disconnect() -> None:
+            # After the body is read, the next ASGI message is the disconnect; cancelling the
+            # relay closes the upstream connection, so the upstream stops generating too.
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not exchange.responded and current is not None:
+                        exchange.error = "client_disconnected"
+                        current.cancel()
+                    return
+
+        watcher: asyncio.Task[None] | None = None
+        try:
+            body = await self._read_body(scope, receive)
+            watcher = asyncio.create_task(watch_disconnect())
+            if not is_safe_path(raw_path):
+                raise ProxyError(400, "The request path is not allowed.", code="invalid_path")
+            url = upstream_url(self._base_url, raw_path, scope.get("query_string", b""))
+            if is_chat:
+                await self._chat(scope, send, body, url, exchange)
+            else:
+                headers = upstream_request_headers(scope["headers"], fallback_api_key=self._api_key)
+                await self._relay(send, scope["method"], url, headers, body, exchange, chat_headers=None)
+        except ProxyError as error:
+            exchange.status = error.status
+            exchange.error = exchange.error or (error.code or error.type)
+            self.metrics.errors.labels(exchange.error).inc()
+            exchange.responded = True
+            with contextlib.suppress(OSError):
+                await _send_error(send, error, exchange.extra_headers)
+        except ClientDisconnected:
+            exchange.error = "client_disconnected"
+        except asyncio.CancelledError:
+            if exchange.error != "client_disconnected":
+                raise
+            # Cancelled by our own disconnect watcher: the client is gone, nothing to answer.
+        finally:
+            exchange.responded = True
+            if watcher is not None:
+                watcher.cancel()
+            self._record(exchange)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        declared = header_value(scope["headers"], b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
+            raise ProxyError(
+                413,
+                f"The request body exceeds the proxy's limit of {self._max_body} bytes.",
+                code="request_too_large",
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > self._max_body:
+                    raise ProxyError(
+                        413,
+                        f"The request body exceeds the proxy's limit of {self._max_body} bytes.",
+                        code="request_too_large",
+                    )
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _chat(self, scope: Scope, send: Send, body: bytes, url: str, exchange: Exchange) -> None:
+        headers_in = scope["headers"]
+        requested_policy = header_value(headers_in, b"x-compaction-policy")
+        policy_name = requested_policy.decode("latin-1") if requested_policy else self.settings.policy
+        policy = self.policies.get(policy_name)
+        if policy is None:
+            raise ProxyError(
+                400,
+                f"Unknown compaction policy {policy_name!r}. Valid policies: {self._valid_policies}.",
+                code="unknown_policy",
+                param="X-Compaction-Policy",
+            )
+        requested_mode = header_value(headers_in, b"x-compaction-mode")
+        mode = requested_mode.decode("latin-1") if requested_mode else self.settings.mode
+        if mode not in _MODES:
+            raise ProxyError(
+                400,
+                f"Unknown compaction mode {mode!r}. Valid modes: {', '.join(_MODES)}.",
+                code="unknown_mode",
+                param="X-Compaction-Mode",
+            )
+        exchange.mode = mode
+        exchange.policy = policy_name if mode != "off" else "off"
+        chat_headers = [
+            (b"x-compaction-policy", exchange.policy.encode()),
+            (b"x-compaction-mode", mode.encode()),
+        ]
+        content = body
+        if mode != "off":
+            parsed = _parse_json(body)
+            if not isinstance(parsed, dict):
+                raise ProxyError(400, "The request body must be a JSON object.")
+            messages = parsed.get("messages")
+            if not isinstance(messages, list):
+                raise ProxyError(
+                    400, "'messages' is a required property and must be an array.", param="messages"
+                )
+            exchange.stream = parsed.get("stream") is True
+            outcome = policy.apply(parsed, self.counter)
+            content = self._view_bytes(body, parsed, outcome, mode)
+            exchange.tokens_before = outcome.tokens_before
+            exchange.tokens_after = outcome.tokens_after
+            chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
+            chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
+        headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
+        await self._relay(send, "POST", url, headers, content, exchange, chat_headers=chat_headers)
+
+    @staticmethod
+    def _view_bytes(original: bytes, parsed: dict[str, Any], outcome: PolicyOutcome, mode: str) -> bytes:
+        """The bytes the upstream receives: the client's own bytes whenever nothing changed."""
+        if mode == "shadow" or outcome.messages is None:
+            return original
+        rewritten = dict(parsed)
+        rewritten["messages"] = outcome.messages
+        try:
+            return orjson.dumps(rewritten)
+        except TypeError:
+            return json.dumps(rewritten, ensure_ascii=False, separators=(",", ":")).encode()
+
+    async def _relay(
+        self,
+        send: Send,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes,
+        exchange: Exchange,
+        chat_headers: list[tuple[bytes, bytes]] | None,
+    ) -> None:
+        sent_at = time.perf_counter()
+        try:
+            response = await self.upstream.open(method, url, headers, content)
+        except httpx.HTTPError as exc:
+            exchange.upstream_seconds = time.perf_counter() - sent_at
+            exchange.error = failure_kind(exc)
+            raise upstream_failure(exc) from None
+        try:
+            out_headers = client_response_headers(response.headers.raw)
+            if chat_headers is not None:
+                if header_value(out_headers, b"x-request-id") is None:
+                    out_headers.append((b"x-request-id", exchange.request_id.encode()))
+                out_headers.extend(chat_headers)
+            out_headers.extend(exchange.extra_headers)
+            exchange.status = response.status_code
+            is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
+            )
+            first = True
+            try:
+                async for chunk in response.stream:  # type: ignore[union-attr]
+                    if first and exchange.stream:
+                        self.metrics.ttfb_seconds.labels(exchange.policy).observe(
+                            time.perf_counter() - exchange.started
+                        )
+                        first = False
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:
+                exchange.error = "upstream_" + (
+                    "timeout" if isinstance(exc, httpx.TimeoutException) else "reset"
+                )
+                self.metrics.errors.labels(exchange.error).inc()
+                if not is_sse:
+                    # Headers are out; the only honest signal left is an incomplete response.
+                    return
+                message = "The upstream connection failed in the middle of the stream."
+                event = b"data: " + error_body(message, type="upstream_error", code=exchange.error) + b"\n\n"
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            exchange.responded = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            exchange.upstream_seconds = time.perf_counter() - sent_at
+            await response.aclose()
+
+    def _record(self, exchange: Exchange) -> None:
+        total = time.perf_counter() - exchange.started
+        overhead = max(0.0, total - exchange.upstream_seconds)
+        m = self.metrics
+        m.requests.labels(
+            exchange.route, exchange.policy, exchange.mode, _status_class(exchange.status)
+        ).inc()
+        if exchange.upstream_seconds:
+            m.upstream_seconds.labels(exchange.route).observe(exchange.upstream_seconds)
+        m.overhead_seconds.labels(exchange.route).observe(overhead)
+        if exchange.tokens_before is not None and exchange.tokens_after is not None:
+            m.tokens_before.labels(exchange.policy, exchange.mode).observe(exchange.tokens_before)
+            m.tokens_after.labels(exchange.policy, exchange.mode).observe(exchange.tokens_after)
+            saved = exchange.tokens_before - exchange.tokens_after
+            if saved > 0:
+                m.tokens_saved.labels(exchange.policy, exchange.mode).inc(saved)
+        self.log.info(
+            "request",
+            request_id=exchange.request_id,
+            route=exchange.route,
+            method=exchange.method,
+            status=exchange.status,
+            policy=exchange.policy,
+            mode=exchange.mode,
+            stream=exchange.stream,
+            tokens_before=exchange.tokens_before,
+            tokens_after=exchange.tokens_after,
+            upstream_s=round(exchange.upstream_seconds, 6),
+            overhead_s=round(overhead, 6),
+            error=exchange.error,
+        )

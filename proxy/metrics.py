@@ -1,0 +1,109 @@
+"""Prometheus metrics, one registry per app (no global default registry).
+
+Labels carry only bounded, non-secret values: route family, policy name, mode, status
+class, error kind. Never a session, key or any content.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+_TOKEN_BUCKETS = (
+    500,
+    1_000,
+    2_000,
+    4_000,
+    8_000,
+    16_000,
+    32_000,
+    64_000,
+    128_000,
+    256_000,
+    512_000,
+    1_000_000,
+)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "compaction_proxy_requests",
+            "Requests answered, by route family, policy, mode and status class.",
+            ("route", "policy", "mode", "status_class"),
+            registry=r,
+        )
+        self.errors = Counter(
+            "compaction_proxy_errors",
+            "Errors by kind (upstream_unreachable, upstream_timeout, bad_request...).",
+            ("kind",),
+            registry=r,
+        )
+        self.upstream_seconds = Histogram(
+            "compaction_proxy_upstream_seconds",
+            "Time from sending the request upstream to the end of its response.",
+            ("route",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead_seconds = Histogram(
+            "compaction_proxy_overhead_seconds",
+            "Proxy's own time per request: total time minus time waiting on the upstream.",
+            ("route",),
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.ttfb_seconds = Histogram(
+            "compaction_proxy_stream_ttfb_seconds",
+            "Time from receiving a streaming request to relaying its first body chunk.",
+            ("policy",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens_before = Histogram(
+            "compaction_proxy_context_tokens_before",
+            "Prompt tokens of chat requests as the client sent them.",
+            ("policy", "mode"),
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.tokens_after = Histogram(
+            "compaction_proxy_context_tokens_after",
+            "Prompt tokens of chat requests as sent upstream (in shadow mode: the computed view).",
+            ("policy", "mode"),
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.tokens_saved = Counter(
+            "compaction_proxy_tokens_saved",
+            "Prompt tokens removed by compaction (before minus after), summed.",
+            ("policy", "mode"),
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,194 @@
+"""Typed settings, loaded once at start-up and validated before anything listens.
+
+Every key has a default here, so the proxy runs with no file at all; ``config.yml`` at the
+repository root documents every key and holds exactly these defaults (a test checks it).
+A file, the environment and the command line override the defaults, in that order.
+An unknown key, a wrong type or a bad value stops the start with a message naming the
+file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import yaml
+
+from policies.tokens import DEFAULT_MODEL_ENCODINGS
+
+EncodingName = Literal["o200k_base", "cl100k_base"]
+Mode = Literal["enforce", "shadow", "off"]
+
+ENV_CONFIG = "COMPACTION_PROXY_CONFIG"
+ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
+ENV_UPSTREAM_API_KEY = "COMPACTION_PROXY_UPSTREAM_API_KEY"
+ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
+
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the source and the key."""
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    pass
+
+
+class ServerSettings(_Section, frozen=True):
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
+    admin_token: str | None = None
+
+
+class UpstreamSettings(_Section, frozen=True):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    connect_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
+    max_keepalive_connections: Annotated[int, msgspec.Meta(ge=0)] = 128
+    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError("must be an http:// or https:// URL")
+
+
+class TokenSettings(_Section, frozen=True):
+    default_encoding: EncodingName = "o200k_base"
+    model_encodings: dict[str, EncodingName] = msgspec.field(
+        default_factory=lambda: dict(DEFAULT_MODEL_ENCODINGS)  # type: ignore[arg-type]
+    )
+    cache_max_chars: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
+
+
+class LoggingSettings(_Section, frozen=True):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+class PolicySettings(_Section, frozen=True):
+    description: str = ""
+    # Ordered stage configurations; their keys are validated by policies.pipeline.
+    stages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+def _default_policies() -> dict[str, PolicySettings]:
+    return {"full": PolicySettings(description="History unchanged: the reference arm.")}
+
+
+class Settings(_Section, frozen=True):
+    server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
+    state_dir: str = "./var"
+    mode: Mode = "enforce"
+    policy: str = "full"
+    policies: dict[str, PolicySettings] = msgspec.field(default_factory=_default_policies)
+    tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
+    logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
+
+    def __post_init__(self) -> None:
+        for name in self.policies:
+            if not _POLICY_NAME.match(name):
+                raise ValueError(f"policy name {name!r} must match {_POLICY_NAME.pattern}")
+        if self.policy not in self.policies:
+            raise ValueError(
+                f"`policy: {self.policy}` is not one of the configured policies: {sorted(self.policies)}"
+            )
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: object) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[leaf] = value
+
+
+def _describe_validation_error(exc: msgspec.ValidationError) -> str:
+    """msgspec's "Expected X - at `$.a.b`" as "`a.b`: Expected X"."""
+    message = str(exc)
+    match = re.search(r" - at `\$(?P<path>[^`]*)`$", message)
+    path, detail = "", message
+    if match:
+        path = re.sub(r"\[(['\"])(.*?)\1\]", r".\2", match.group("path")).lstrip(".")
+        detail = message[: match.start()]
+    unknown = re.match(r"Object contains unknown field `(?P<key>[^`]+)`", detail)
+    if unknown:
+        key = f"{path}.{unknown.group('key')}" if path else unknown.group("key")
+        return f"`{key}`: unknown key"
+    return f"`{path or '(top level)'}`: {detail}"
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Defaults, then the YAML file (``path`` or ``$COMPACTION_PROXY_CONFIG``), then the
+    environment, then ``overrides`` (dotted keys, e.g. ``{"server.port": 9000}``)."""
+    env = os.environ if env is None else env
+    source = str(path) if path is not None else env.get(ENV_CONFIG) or None
+    data: dict[str, Any] = {}
+    origin = "built-in defaults"
+    if source:
+        origin = source
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {source}: {exc.strerror or exc}") from exc
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"{source}: the top level must be a mapping of keys, not {type(loaded).__name__}"
+            )
+        data = loaded
+    for variable, dotted in (
+        (ENV_UPSTREAM_URL, "upstream.base_url"),
+        (ENV_UPSTREAM_API_KEY, "upstream.api_key"),
+        (ENV_ADMIN_TOKEN, "server.admin_token"),
+    ):
+        if env.get(variable):
+            _set_path(data, dotted, env[variable])
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_path(data, dotted, value)
+    # msgspec reports a bad entry of a mapping as `policies[...]`; check entries one by one
+    # first so that the message names the policy.
+    policies = data.get("policies")
+    if isinstance(policies, dict):
+        for name, entry in policies.items():
+            try:
+                msgspec.convert(entry, PolicySettings, strict=True)
+            except msgspec.ValidationError as exc:
+                detail = _describe_validation_error(exc).replace("`(top level)`", "``")
+                inner = re.match(r"^`([^`]*)`(.*)$", detail, re.S)
+                if inner:
+                    key = f"policies.{name}" + (f".{inner.group(1)}" if inner.group(1) else "")
+                    detail = f"`{key}`{inner.group(2)}"
+                raise ConfigError(f"invalid configuration in {origin}: {detail}") from exc
+    try:
+        return msgspec.convert(data, Settings, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration in {origin}: {_describe_validation_error(exc)}") from exc
+
+
+def to_builtins(settings: Settings) -> dict[str, Any]:
+    result: dict[str, Any] = msgspec.to_builtins(settings)
+    return result

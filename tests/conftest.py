@@ -1,0 +1,178 @@
+"""Shared fixtures. Tests cannot reach the network by accident: any connection to an
+address outside loopback raises, and the proxy's environment variables of the developer's
+shell are ignored."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.fake_upstream import FakeUpstream, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _check_address(address: Any) -> None:
+    if isinstance(address, tuple) and address:
+        host = address[0]
+        if host in ("localhost",):
+            return
+        try:
+            if ipaddress.ip_address(host).is_loopback:
+                return
+        except ValueError:
+            pass
+        raise ConnectionRefusedError(f"tests may only connect to loopback, not {host!r}")
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    _check_address(address)
+    _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    _check_address(address)
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _loopback_only() -> Iterator[None]:
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    for variable in [v for v in os.environ if v.startswith("COMPACTION_PROXY_")]:
+        del os.environ[variable]
+    yield
+    socket.socket.connect = _real_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="session")
+def upstream_server() -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream(upstream_server: FakeUpstream) -> FakeUpstream:
+    upstream_server.reset()
+    return upstream_server
+
+
+class ProxyProcess:
+    """The real proxy (``compaction-proxy serve``) as a subprocess on a free loopback port."""
+
+    def __init__(self, config: dict[str, Any], tmp: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.config_path = tmp / "config.yml"
+        config = {**config, "state_dir": str(tmp / "state")}
+        config.setdefault("logging", {"level": "info", "format": "json"})
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = tmp / "proxy.log"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
+        self.env.update(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def start(self, timeout: float = 20.0) -> ProxyProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--port",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"proxy exited with {self.process.returncode}: {self.log_path.read_text()}"
+                )
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"proxy did not become ready: {self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def log_lines(self) -> list[str]:
+        return self.log_path.read_text().splitlines()
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Any]:
+    started: list[ProxyProcess] = []
+
+    def start(config: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> ProxyProcess:
+        merged: dict[str, Any] = {"upstream": {"base_url": upstream.base_url}}
+        for key, value in (config or {}).items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        directory = tmp_path / f"proxy{len(started)}"
+        directory.mkdir()
+        proxy = ProxyProcess(merged, directory, env).start()
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_proxy(
+    tmp_path_factory: pytest.TempPathFactory, upstream_server: FakeUpstream
+) -> Iterator[ProxyProcess]:
+    """One proxy with the default settings for all tests that need nothing else."""
+    proxy = ProxyProcess(
+        {"upstream": {"base_url": upstream_server.base_url}}, tmp_path_factory.mktemp("proxy")
+    ).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def proxy(shared_proxy: ProxyProcess, upstream: FakeUpstream) -> ProxyProcess:
+    return shared_proxy

@@ -1,0 +1,159 @@
+"""Forwarding rules, in process: the app over ``httpx.ASGITransport``, the upstream mocked by respx."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from proxy.app import create_app
+from proxy.forwarding import client_response_headers, is_safe_path, upstream_request_headers, upstream_url
+from proxy.settings import load_settings
+
+UPSTREAM = "http://upstream.test/v1"
+CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_request_headers_drop_hop_by_hop_and_control_headers() -> None:
+    headers = [
+        (b"host", b"proxy:8080"),
+        (b"connection", b"keep-alive, x-secret-hop"),
+        (b"x-secret-hop", b"1"),
+        (b"keep-alive", b"timeout=5"),
+        (b"transfer-encoding", b"chunked"),
+        (b"content-length", b"10"),
+        (b"x-compaction-policy", b"full"),
+        (b"authorization", b"Bearer client"),
+        (b"openai-beta", b"assistants=v2"),
+    ]
+    assert upstream_request_headers(headers, fallback_api_key="sk-conf") == [
+        (b"authorization", b"Bearer client"),
+        (b"openai-beta", b"assistants=v2"),
+    ]
+    assert (b"authorization", b"Bearer sk-conf") in upstream_request_headers([], fallback_api_key="sk-conf")
+    assert upstream_request_headers([], fallback_api_key=None) == []
+
+
+def test_response_headers_keep_useful_ones() -> None:
+    headers = [
+        (b"Content-Type", b"application/json"),
+        (b"x-request-id", b"req_1"),
+        (b"retry-after", b"3"),
+        (b"x-ratelimit-remaining-tokens", b"10"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Connection", b"close"),
+    ]
+    assert client_response_headers(headers) == [
+        (b"content-type", b"application/json"),
+        (b"x-request-id", b"req_1"),
+        (b"retry-after", b"3"),
+        (b"x-ratelimit-remaining-tokens", b"10"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "safe"),
+    [
+        (b"/v1/chat/completions", True),
+        (b"/v1/files/abc%20def", True),
+        (b"/v1/../admin", False),
+        (b"/v1/%2e%2e/admin", False),
+        (b"/v1/./x", False),
+        (b"/v1/a%0d%0aX-Injected: 1", False),
+    ],
+)
+def test_dot_segments_and_control_characters_are_refused(path: bytes, safe: bool) -> None:
+    assert is_safe_path(path) is safe
+
+
+def test_upstream_url_keeps_path_and_query_verbatim() -> None:
+    assert upstream_url("https://api.example.com/v1/", b"/v1/files/a%2Fb", b"limit=2&after=x%20y") == (
+        "https://api.example.com/v1/files/a%2Fb?limit=2&after=x%20y"
+    )
+    assert upstream_url("http://h:1/openai/v1", b"/v1/models", b"") == "http://h:1/openai/v1/models"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    settings = load_settings(
+        env={},
+        overrides={"upstream.base_url": UPSTREAM, "upstream.http_client": "httpx", "upstream.timeout": 1.0},
+    )
+    app = create_app(settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as c:
+        yield c
+    await app.state.upstream.aclose()
+
+
+@respx.mock
+async def test_chat_is_forwarded_with_headers_and_bytes(client: httpx.AsyncClient) -> None:
+    route = respx.post(f"{UPSTREAM}/chat/completions").mock(
+        return_value=httpx.Response(200, json={"ok": True}, headers={"x-request-id": "req_up"})
+    )
+    body = orjson.dumps(CHAT) + b"  "
+    response = await client.post(
+        "/v1/chat/completions?api-version=1", content=body, headers={"authorization": "Bearer c"}
+    )
+    assert response.status_code == 200
+    assert response.json() == {"ok": True}
+    sent = route.calls.last.request
+    assert sent.content == body
+    assert sent.url.query == b"api-version=1"
+    assert sent.headers["authorization"] == "Bearer c"
+    assert "user-agent" not in sent.headers or "python-httpx" in sent.headers.get("user-agent", "")
+    assert response.headers["x-request-id"] == "req_up"
+    assert response.headers["x-compaction-request-id"].startswith("cpx-")
+    assert response.headers["x-compaction-tokens-before"] == response.headers["x-compaction-tokens-after"]
+
+
+@respx.mock
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (httpx.ConnectError("refused"), 502, "upstream_unreachable"),
+        (httpx.RemoteProtocolError("closed"), 502, "upstream_unreachable"),
+        (httpx.ReadTimeout("slow"), 504, "upstream_timeout"),
+        (httpx.ConnectTimeout("slow"), 504, "upstream_timeout"),
+    ],
+)
+async def test_transport_failures_map_to_gateway_errors(
+    client: httpx.AsyncClient, failure: Exception, status: int, code: str
+) -> None:
+    respx.post(f"{UPSTREAM}/chat/completions").mock(side_effect=failure)
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert "upstream.test" not in error["message"]
+
+
+@respx.mock
+async def test_unsafe_paths_never_reach_the_upstream(client: httpx.AsyncClient) -> None:
+    route = respx.route().mock(return_value=httpx.Response(200))
+    response = await client.get("/v1/%2e%2e/secret")
+    assert response.status_code == 400
+    assert not route.called
+
+
+@respx.mock
+async def test_passthrough_relays_status_and_body(client: httpx.AsyncClient) -> None:
+    respx.get(f"{UPSTREAM}/files/f1/content").mock(
+        return_value=httpx.Response(404, content=b"<not json>", headers={"content-type": "text/plain"})
+    )
+    response = await client.get("/v1/files/f1/content")
+    assert (response.status_code, response.content, response.headers["content-type"]) == (
+        404,
+        b"<not json>",
+        "text/plain",
+    )
+
+
+async def test_admin_prefix_is_not_forwarded(client: httpx.AsyncClient) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.route().mock(return_value=httpx.Response(200))
+        response = await client.get("/v1/compaction/unknown")
+    assert response.status_code == 404
+    assert not route.called
