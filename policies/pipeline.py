@@ -3,15 +3,30 @@
 A policy is a named, ordered list of stages built from configuration. Building rejects
 unknown stages and bad stage settings, so a typo stops the start instead of silently
 compacting nothing.
+
+Stages are small and deterministic. The only I/O a stage may do goes through the
+interfaces in ``Context`` (the summarizer), so every stage is testable without a network.
+
+A session's state between requests is a ``Checkpoint``: it goes in with the request and
+comes back out. Its decisions are *sticky*: the summary, the placeholders and the dropped
+messages of earlier requests are re-applied byte for byte before any stage runs, so
+between two compactions the prefix the upstream sees only grows.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
-from policies.tokens import TokenCounter
+import msgspec
+
+from policies.conversation import Message, message_text, parse, role
+from policies.digests import message_digest, range_digest
+from policies.ledger import Ledger
+from policies.summarizer import Summarizer
+from policies.tokens import REPLY_PRIMING, TokenCounter
 
 
 class PolicyConfigError(ValueError):
@@ -19,56 +34,324 @@ class PolicyConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Offload:
+    """A tool output the view refers to by handle; the proxy stores it before sending."""
+
+    handle: str
+    content: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What one session carries from a request to the next.
+
+    ``summary`` replaces the client's messages ``[summary_at, summary_at + covered)``;
+    ``covered_digest`` detects a client history that no longer holds what was summarized.
+    ``placeholders`` maps the digest of an original message to the exact message sent in its
+    place; messages whose digest is in ``dropped`` are left out.
+    """
+
+    summary: Message | None = None
+    summary_at: int = 0
+    covered: int = 0
+    # Client message indices inside the covered range kept verbatim right after the summary
+    # (the last user message, pinned steps).
+    pinned: tuple[int, ...] = ()
+    covered_digest: str = ""
+    placeholders: Mapping[str, Message] = field(default_factory=dict)
+    dropped: frozenset[str] = frozenset()
+    guidance: Message | None = None
+    ledger: Ledger | None = None
+    handles: tuple[str, ...] = ()
+    compactions: int = 0
+    requests: int = 0
+    # Request numbers of recent compactions, to detect a session that keeps re-triggering.
+    recent_compactions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """Messages no stage may clear, offload, collapse or summarize away: results of the
+    named tools (with their calls), and messages whose text matches one of the patterns."""
+
+    tools: frozenset[str] = frozenset()
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.tools or self.patterns)
+
+    def pinned_steps(self, messages: Sequence[Message]) -> set[int]:
+        """Indices of every message in a step that holds a pinned message."""
+        if not self:
+            return set()
+        conversation = parse(messages)
+        pinned: set[int] = set()
+        for step in conversation.steps:
+            for index in range(step.start, step.end):
+                message = messages[index]
+                tool = message.get("name") if role(message) == "tool" else None
+                names = {
+                    c["function"].get("name")
+                    for c in message.get("tool_calls") or []
+                    if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                }
+                text = message_text(message)
+                if (tool in self.tools) or (names & self.tools) or any(p.search(text) for p in self.patterns):
+                    pinned.update(range(step.start, step.end))
+                    break
+        return pinned
+
+
+@dataclass(slots=True)
+class Context:
+    """Everything a stage may consult besides the view itself."""
+
+    counter: TokenCounter
+    encoding: str
+    window: int
+    tools_tokens: int = 0
+    summarizer: Summarizer | None = None
+    model: str | None = None
+    pins: Pins = field(default_factory=Pins)
+
+
+@dataclass(slots=True)
+class View:
+    """The messages as they will be sent, and what was done to get them.
+
+    ``origin[i]`` is the index in the client's messages of ``messages[i]``, or -1 for a
+    message the policy inserted (a summary, a guidance note).
+    """
+
+    messages: list[Message]
+    original: Sequence[Message]
+    origin: list[int]
+    checkpoint: Checkpoint
+    mechanisms: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    offloads: dict[str, Offload] = field(default_factory=dict)
+    changed: bool = False
+    # Set by a trigger stage: this request is a compaction point, stages may make new decisions.
+    compacting: bool = False
+    trigger: str | None = None
+
+    def tokens(self, ctx: Context) -> int:
+        return sum(ctx.counter.count_messages(self.messages, ctx.encoding)) + ctx.tools_tokens + REPLY_PRIMING
+
+    def note(self, mechanism: str) -> None:
+        self.changed = True
+        if mechanism not in self.mechanisms:
+            self.mechanisms.append(mechanism)
+
+    def replace_messages(
+        self, messages: list[Message], mechanism: str, origin: list[int] | None = None
+    ) -> None:
+        """Swap in a new message list. Without ``origin``, messages are matched back to the
+        client's by identity (untouched messages are the same objects)."""
+        if origin is None:
+            position = {id(m): o for m, o in zip(self.messages, self.origin, strict=True)}
+            origin = [position.get(id(m), -1) for m in messages]
+        self.messages = messages
+        self.origin = origin
+        self.note(mechanism)
+
+
+class Stage(Protocol):
+    name: str
+
+    async def apply(self, view: View, ctx: Context) -> View: ...
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyOutcome:
     """What a policy did to one request.
 
-    ``messages`` is ``None`` when the request goes upstream unchanged, which lets the
-    proxy forward the client's original bytes.
+    ``messages`` is ``None`` when the request goes upstream unchanged, which lets the proxy
+    forward the client's original bytes.
     """
 
     messages: list[Any] | None
     tokens_before: int
     tokens_after: int
     mechanisms: tuple[str, ...] = ()
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    offloads: Mapping[str, Offload] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    trigger: str | None = None
 
     @property
     def changed(self) -> bool:
         return self.messages is not None
 
 
+def apply_checkpoint(view: View) -> None:
+    """Re-apply the session's sticky decisions to the client's history."""
+    checkpoint = view.checkpoint
+    original = view.original
+    start = 0
+    head: list[Message] = []
+    head_origin: list[int] = []
+    if checkpoint.summary is not None:
+        at, end = checkpoint.summary_at, checkpoint.summary_at + checkpoint.covered
+        if end <= len(original) and range_digest(original[at:end]) == checkpoint.covered_digest:
+            head = [*original[:at], checkpoint.summary, *(original[i] for i in checkpoint.pinned)]
+            head_origin = [*range(at), -1, *checkpoint.pinned]
+            start = end
+        else:
+            view.details["checkpoint_dropped"] = "client history diverged from the summarized range"
+            view.checkpoint = Checkpoint(requests=checkpoint.requests)
+            return
+    if checkpoint.guidance is not None:
+        prefix_end = parse(original).prefix_end
+        if not head:
+            head, head_origin, start = list(original[:prefix_end]), list(range(prefix_end)), prefix_end
+        insert_at = min(prefix_end, len(head))
+        head.insert(insert_at, checkpoint.guidance)
+        head_origin.insert(insert_at, -1)
+    if not head and not checkpoint.placeholders and not checkpoint.dropped:
+        return
+    messages, origin = head, head_origin
+    sticky = bool(checkpoint.placeholders or checkpoint.dropped)
+    for index in range(start, len(original)):
+        message = original[index]
+        if sticky and message.get("role") in ("tool", "user", "assistant"):
+            digest = message_digest(message)
+            if digest in checkpoint.dropped:
+                continue
+            message = checkpoint.placeholders.get(digest, message)
+        messages.append(message)
+        origin.append(index)
+    view.messages, view.origin = messages, origin
+    view.changed = messages != list(original)
+    if view.changed:
+        view.mechanisms.append("checkpoint")
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
     description: str
-    stages: tuple[Any, ...]
+    stages: tuple[Stage, ...]
+    pins: Pins = field(default_factory=Pins)
 
-    def apply(self, body: Mapping[str, Any], counter: TokenCounter) -> PolicyOutcome:
-        before = counter.count_request(body).total
-        return PolicyOutcome(messages=None, tokens_before=before, tokens_after=before)
-
-
-# Stage builders by configuration name. Explicit: a stage exists because it is listed here.
-STAGE_BUILDERS: dict[str, Any] = {}
-
-
-def build_policy(name: str, description: str, stages: Sequence[Mapping[str, Any]]) -> Policy:
-    built: list[Any] = []
-    for index, stage in enumerate(stages):
-        if not isinstance(stage, Mapping) or len(stage) != 1:
-            raise PolicyConfigError(
-                f"policies.{name}.stages[{index}]: each stage is a one-key mapping, "
-                "e.g. `- n_latest: {n: 20}`"
+    async def apply(
+        self,
+        body: Mapping[str, Any],
+        counter: TokenCounter,
+        *,
+        window: int = 128_000,
+        checkpoint: Checkpoint | None = None,
+        summarizer: Summarizer | None = None,
+        force: bool = False,
+    ) -> PolicyOutcome:
+        """Compute the view of one chat request. Never raises on malformed messages: input
+        problems are reported, and stages leave malformed parts as they are. ``force`` makes
+        this request a compaction point whatever its size."""
+        counted = counter.count_request(body)
+        messages = body.get("messages")
+        checkpoint = checkpoint or Checkpoint()
+        if not self.stages or not isinstance(messages, list):
+            return PolicyOutcome(None, counted.total, counted.total, checkpoint=checkpoint)
+        ctx = Context(
+            counter=counter,
+            encoding=counted.encoding,
+            window=window,
+            tools_tokens=counted.tools,
+            summarizer=summarizer,
+            model=body.get("model") if isinstance(body.get("model"), str) else None,
+            pins=self.pins,
+        )
+        view = View(
+            messages=list(messages),
+            original=messages,
+            origin=list(range(len(messages))),
+            checkpoint=replace(checkpoint, requests=checkpoint.requests + 1),
+            compacting=force,
+            trigger="forced" if force else None,
+        )
+        apply_checkpoint(view)
+        for stage in self.stages:
+            view = await stage.apply(view, ctx)
+        after = view.tokens(ctx) if view.changed else counted.total
+        if after > counted.total:
+            # A summary can outweigh a short history: never send more than the client did.
+            view.details["reverted"] = f"view had {after} tokens, more than the request's {counted.total}"
+            return PolicyOutcome(
+                None,
+                counted.total,
+                counted.total,
+                checkpoint=checkpoint,
+                details=view.details,
+                problems=parse(messages).problems,
             )
-        ((stage_name, _stage_config),) = stage.items()
-        if stage_name not in STAGE_BUILDERS:
-            known = ", ".join(sorted(STAGE_BUILDERS)) or "none yet"
+        return PolicyOutcome(
+            messages=view.messages if view.changed else None,
+            tokens_before=counted.total,
+            tokens_after=after,
+            mechanisms=tuple(view.mechanisms),
+            checkpoint=view.checkpoint,
+            details=view.details,
+            offloads=view.offloads,
+            problems=parse(messages).problems,
+            trigger=view.trigger,
+        )
+
+
+def _build_stage(policy: str, index: int, stage: object) -> Stage:
+    from policies.stages import STAGE_TYPES
+
+    if not isinstance(stage, Mapping) or len(stage) != 1:
+        raise PolicyConfigError(
+            f"policies.{policy}.stages[{index}]: each stage is a one-key mapping, "
+            "e.g. `- n_latest: {n: 20}`"
+        )
+    ((stage_name, config),) = stage.items()
+    stage_type = STAGE_TYPES.get(stage_name)
+    if stage_type is None:
+        raise PolicyConfigError(
+            f"policies.{policy}.stages[{index}]: unknown stage {stage_name!r} "
+            f"(known: {', '.join(sorted(STAGE_TYPES))})"
+        )
+    try:
+        built: Stage = msgspec.convert(config or {}, stage_type, strict=True)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise PolicyConfigError(f"policies.{policy}.stages[{index}].{stage_name}: {exc}") from exc
+    return built
+
+
+def build_pins(policy: str, tools: Sequence[str] = (), patterns: Sequence[str] = ()) -> Pins:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
             raise PolicyConfigError(
-                f"policies.{name}.stages[{index}]: unknown stage {stage_name!r} (known: {known})"
-            )
-        built.append(STAGE_BUILDERS[stage_name](_stage_config))
-    return Policy(name=name, description=description, stages=tuple(built))
+                f"policies.{policy}.pins.patterns: {pattern!r} is not a valid regex: {exc}"
+            ) from exc
+    return Pins(tools=frozenset(tools), patterns=tuple(compiled))
 
 
-def build_policies(configs: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Policy]:
-    """``{name: (description, stages)}`` to built policies."""
-    return {name: build_policy(name, description, stages) for name, (description, stages) in configs.items()}
+def build_policy(
+    name: str,
+    description: str,
+    stages: Sequence[object],
+    safeguard: bool = True,
+    pin_tools: Sequence[str] = (),
+    pin_patterns: Sequence[str] = (),
+) -> Policy:
+    """``safeguard`` appends the final token safeguard unless the stages already end with one."""
+    built = [_build_stage(name, index, stage) for index, stage in enumerate(stages)]
+    if safeguard and built and built[-1].name != "token_safeguard":
+        built.append(_build_stage(name, len(built), {"token_safeguard": {}}))
+    pins = build_pins(name, pin_tools, pin_patterns)
+    return Policy(name=name, description=description, stages=tuple(built), pins=pins)
+
+
+PolicySpec = tuple[str, Sequence[object], bool, Sequence[str], Sequence[str]]
+
+
+def build_policies(configs: Mapping[str, PolicySpec]) -> dict[str, Policy]:
+    """``{name: (description, stages, safeguard, pin_tools, pin_patterns)}`` to built policies."""
+    return {name: build_policy(name, *config) for name, config in configs.items()}

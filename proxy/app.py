@@ -17,7 +17,7 @@ from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.settings import Settings
+from proxy.settings import Settings, policy_specs
 from proxy.upstream import Upstream
 
 
@@ -56,7 +56,7 @@ def create_app(
         model_encodings=settings.tokens.model_encodings,
         cache_max_chars=settings.tokens.cache_max_chars,
     )
-    policies = build_policies({name: (p.description, p.stages) for name, p in settings.policies.items()})
+    policies = build_policies(policy_specs(settings))
     metrics = Metrics()
     upstream = Upstream(settings.upstream, transport=transport)
     state = AppState(

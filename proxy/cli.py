@@ -10,14 +10,14 @@ from collections.abc import Sequence
 import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
-from proxy.settings import ConfigError, Settings, load_settings, to_builtins
+from proxy.settings import ConfigError, Settings, load_settings, policy_specs, to_builtins
 
 
 def _load(args: argparse.Namespace) -> Settings:
     overrides = {"server.host": getattr(args, "host", None), "server.port": getattr(args, "port", None)}
     settings = load_settings(args.config, overrides=overrides)
     # Policies are validated at start-up too, so a bad stage stops the start here.
-    build_policies({name: (p.description, p.stages) for name, p in settings.policies.items()})
+    build_policies(policy_specs(settings))
     return settings
 
 

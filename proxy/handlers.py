@@ -22,6 +22,7 @@ import structlog
 
 from policies.pipeline import Policy, PolicyOutcome
 from policies.tokens import TokenCounter
+from policies.windows import ContextWindows
 from proxy.errors import ProxyError, error_body
 from proxy.forwarding import (
     client_response_headers,
@@ -124,6 +125,7 @@ class ProxyHandler:
         self._api_key = settings.upstream.api_key
         self._max_body = settings.server.max_body_bytes
         self._valid_policies = ", ".join(sorted(policies))
+        self.windows = ContextWindows(settings.context_windows)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -248,7 +250,9 @@ class ProxyHandler:
                     400, "'messages' is a required property and must be an array.", param="messages"
                 )
             exchange.stream = parsed.get("stream") is True
-            outcome = policy.apply(parsed, self.counter)
+            outcome = await policy.apply(
+                parsed, self.counter, window=self.windows.window_for(parsed.get("model"))
+            )
             content = self._view_bytes(body, parsed, outcome, mode)
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after

@@ -18,7 +18,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
+from policies.windows import DEFAULT_CONTEXT_WINDOWS
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
 Mode = Literal["enforce", "shadow", "off"]
@@ -73,14 +75,66 @@ class LoggingSettings(_Section, frozen=True):
     format: Literal["json", "console"] = "json"
 
 
+class PinSettings(_Section, frozen=True):
+    # Results of these tools (with their calls) are never cleared, offloaded or summarized.
+    tools: list[str] = msgspec.field(default_factory=list)
+    # Messages whose text matches one of these regular expressions are kept verbatim too.
+    patterns: list[str] = msgspec.field(default_factory=list)
+
+
 class PolicySettings(_Section, frozen=True):
     description: str = ""
     # Ordered stage configurations; their keys are validated by policies.pipeline.
     stages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # Final token safeguard: the view never exceeds the model's window.
+    safeguard: bool = True
+    pins: PinSettings = msgspec.field(default_factory=lambda: PinSettings())
 
 
 def _default_policies() -> dict[str, PolicySettings]:
-    return {"full": PolicySettings(description="History unchanged: the reference arm.")}
+    policies = {
+        "full": PolicySettings(description="History unchanged: the reference arm.", safeguard=False),
+    }
+    for n in (10, 20, 40):
+        policies[f"n_latest_{n}"] = PolicySettings(
+            description=f"The {n} latest history messages, cut where no tool exchange is split.",
+            stages=[{"n_latest": {"n": n}}],
+        )
+    policies["sre"] = PolicySettings(
+        description="sre-agent as shipped: micro_compact, then auto_compact at 0.8 x window.",
+        stages=[
+            {"micro_compact": {"min_chars": 500, "keep_recent": 5}},
+            {"auto_compact": {"trigger": 0.8, "prompt": "sre"}},
+        ],
+    )
+    # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
+    trigger = {"trigger": {"high": 0.8}}
+    message_cut = {
+        "summarize": {"target": 0.5, "retained_tail": 0.2, "step_aware": False, "prompt": "hybrid_v2"}
+    }
+    step_cut = {"summarize": {"target": 0.5, "retained_tail": 0.2, "step_aware": True, "prompt": "hybrid_v2"}}
+    offload = {
+        "offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}
+    }
+    retry = {"retry_collapse": {"min_attempts": 2}}
+    ablation: dict[str, tuple[str, list[dict[str, Any]]]] = {
+        "improved_tail": ("Retained tail (0.2 of the window) with message cuts.", [trigger, message_cut]),
+        "improved_step": ("+ step-aware cuts.", [trigger, step_cut]),
+        "improved_offload": ("+ output offloading with handles.", [trigger, offload, step_cut]),
+        "improved_retry": ("+ settled-retry collapse.", [trigger, retry, offload, step_cut]),
+        "improved": (
+            "Every improvement: retry collapse, offloading, step-aware cut with a retained tail, "
+            "summary plus state ledger, verify guidance.",
+            [trigger, retry, offload, step_cut, {"verify_guidance": {}}],
+        ),
+    }
+    for name, (description, stages) in ablation.items():
+        policies[name] = PolicySettings(description=description, stages=stages)
+    return policies
+
+
+def _default_windows() -> dict[str, int]:
+    return dict(DEFAULT_CONTEXT_WINDOWS)
 
 
 class Settings(_Section, frozen=True):
@@ -90,6 +144,9 @@ class Settings(_Section, frozen=True):
     mode: Mode = "enforce"
     policy: str = "full"
     policies: dict[str, PolicySettings] = msgspec.field(default_factory=_default_policies)
+    context_windows: dict[str, Annotated[int, msgspec.Meta(ge=1024)]] = msgspec.field(
+        default_factory=_default_windows
+    )
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
 
@@ -97,6 +154,8 @@ class Settings(_Section, frozen=True):
         for name in self.policies:
             if not _POLICY_NAME.match(name):
                 raise ValueError(f"policy name {name!r} must match {_POLICY_NAME.pattern}")
+        if "default" not in self.context_windows:
+            raise ValueError("context_windows needs a `default` entry")
         if self.policy not in self.policies:
             raise ValueError(
                 f"`policy: {self.policy}` is not one of the configured policies: {sorted(self.policies)}"
@@ -187,6 +246,14 @@ def load_settings(
         return msgspec.convert(data, Settings, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"invalid configuration in {origin}: {_describe_validation_error(exc)}") from exc
+
+
+def policy_specs(settings: Settings) -> dict[str, PolicySpec]:
+    """The policies as ``policies.pipeline.build_policies`` takes them."""
+    return {
+        name: (p.description, p.stages, p.safeguard, p.pins.tools, p.pins.patterns)
+        for name, p in settings.policies.items()
+    }
 
 
 def to_builtins(settings: Settings) -> dict[str, Any]:

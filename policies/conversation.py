@@ -1,0 +1,184 @@
+"""The conversation model: OpenAI chat messages as turns and steps, with safe cut points.
+
+A *step* is the unit no policy may split: an assistant message together with every tool
+result that answers its calls. A plain message (user, assistant text, an observation) is a
+step of its own. For agents that write actions as text, an assistant message and the
+observation that follows it (sent back as a user message) form one step too, so a cut never
+separates an action from what it produced.
+
+A *turn* starts at a user message that is not such an observation.
+
+Cutting the history *before* a step's first message is protocol-safe. The model never
+rewrites messages: it indexes them, so unknown fields survive untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def message_text(message: Any) -> str:
+    """The textual content of a message, whatever its shape (string, parts, null)."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str) else str(part)
+            for part in content
+            if not (isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image"))
+        )
+    return "" if content is None else str(content)
+
+
+def tool_call_ids(message: Any) -> tuple[str, ...]:
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return ()
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ()
+    return tuple(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str))
+
+
+def role(message: Any) -> str:
+    value = message.get("role") if isinstance(message, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Messages ``start`` to ``end`` (exclusive) that travel together."""
+
+    start: int
+    end: int
+    kind: str  # "system", "user", "exchange", "assistant", "observation", "orphan", "other"
+    call_ids: tuple[str, ...] = ()
+    answered: bool = True  # every call has its result
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    messages: Sequence[Message]
+    steps: tuple[Step, ...]
+    # Leading system/developer messages: kept by every policy, outside any count.
+    prefix_end: int
+    # Index of the last user message that is a real question (not a text observation); -1 if none.
+    last_user: int
+    first_user: int
+    problems: tuple[str, ...] = field(default=())
+    text_actions: bool = False
+
+    @property
+    def safe_cuts(self) -> tuple[int, ...]:
+        """Indices before which the history may be cut without breaking the protocol."""
+        starts = [step.start for step in self.steps if step.start >= self.prefix_end]
+        return (*starts, len(self.messages))
+
+    def step_at(self, index: int) -> Step:
+        for step in self.steps:
+            if step.start <= index < step.end:
+                return step
+        raise IndexError(index)
+
+    @property
+    def turn_starts(self) -> tuple[int, ...]:
+        return tuple(s.start for s in self.steps if s.kind == "user")
+
+    @property
+    def open_final_exchange(self) -> bool:
+        """The request ends with calls still awaiting results (allowed only there)."""
+        return bool(self.steps) and self.steps[-1].kind == "exchange" and not self.steps[-1].answered
+
+
+def _is_observation(messages: Sequence[Message], index: int, text_actions: bool) -> bool:
+    """A user message that reports what the previous text action produced."""
+    if not text_actions or index == 0:
+        return False
+    previous = messages[index - 1]
+    return role(previous) == "assistant" and not tool_call_ids(previous)
+
+
+def _uses_text_actions(messages: Sequence[Message]) -> bool:
+    """Agents that write actions as text never send tool calls or tool results, and answer
+    their own actions with user messages (observations)."""
+    if any(role(m) == "tool" or tool_call_ids(m) for m in messages):
+        return False
+    users_after_assistant = sum(
+        1
+        for i in range(1, len(messages))
+        if role(messages[i]) == "user" and role(messages[i - 1]) == "assistant"
+    )
+    return users_after_assistant >= 2
+
+
+def parse(messages: Sequence[Message]) -> Conversation:
+    problems: list[str] = []
+    count = len(messages)
+    prefix_end = 0
+    while prefix_end < count and role(messages[prefix_end]) in ("system", "developer"):
+        prefix_end += 1
+    text_actions = _uses_text_actions(messages)
+    steps: list[Step] = [Step(0, prefix_end, "system")] if prefix_end else []
+    index = prefix_end
+    last_user = -1
+    first_user = -1
+    while index < count:
+        message = messages[index]
+        kind = role(message)
+        calls = tool_call_ids(message)
+        if calls:
+            pending = set(calls)
+            end = index + 1
+            while (
+                end < count and role(messages[end]) == "tool" and messages[end].get("tool_call_id") in pending
+            ):
+                pending.discard(messages[end].get("tool_call_id"))
+                end += 1
+            answered = not pending
+            if not answered and end < count:
+                problems.append(f"message {index}: tool calls without results: {sorted(pending)}")
+            steps.append(Step(index, end, "exchange", calls, answered))
+            index = end
+            continue
+        if kind == "tool":
+            problems.append(f"message {index}: tool result {message.get('tool_call_id')!r} without its call")
+            steps.append(Step(index, index + 1, "orphan"))
+        elif kind == "user":
+            if _is_observation(messages, index, text_actions) and steps and steps[-1].kind == "assistant":
+                previous = steps.pop()
+                steps.append(Step(previous.start, index + 1, "observation"))
+            else:
+                steps.append(Step(index, index + 1, "user"))
+                last_user = index
+                if first_user < 0:
+                    first_user = index
+        elif kind == "assistant":
+            steps.append(Step(index, index + 1, "assistant"))
+        else:
+            steps.append(Step(index, index + 1, "other"))
+        index += 1
+    return Conversation(
+        messages=messages,
+        steps=tuple(steps),
+        prefix_end=prefix_end,
+        last_user=last_user,
+        first_user=first_user,
+        problems=tuple(problems),
+        text_actions=text_actions,
+    )
+
+
+def protocol_violations(messages: Sequence[Message]) -> list[str]:
+    """Tool results without their call, and calls without all their results, except the
+    in-flight exchange the request itself ends with."""
+    return list(parse(messages).problems)

@@ -1,0 +1,131 @@
+"""Making a new summary at a compaction point, shared by the summarizing stages.
+
+A new summary covers the previous summary plus the history newly covered, so a session is
+summarized in cycles; the state ledger is merged across cycles, so exact items survive any
+number of them. The checkpoint records the covered range of the client's messages and its
+digest, which ``apply_checkpoint`` verifies before reusing the summary on later requests.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from policies.conversation import Message
+from policies.digests import message_digest, range_digest
+from policies.ledger import build_ledger
+from policies.pipeline import Checkpoint, Context, View
+from policies.stages.common import summary_content
+from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
+
+# A session that compacted THRASH_LIMIT times within THRASH_REQUESTS requests is limited:
+# it keeps its current view (the token safeguard still applies) instead of summarizing again.
+THRASH_LIMIT = 3
+THRASH_REQUESTS = 6
+
+
+def summary_index(view: View) -> int | None:
+    summary = view.checkpoint.summary
+    if summary is None:
+        return None
+    return next((i for i, m in enumerate(view.messages) if m is summary), None)
+
+
+def view_index_of(view: View, original_index: int) -> int:
+    """The first view position holding a client message at or after ``original_index``."""
+    return next((i for i, o in enumerate(view.origin) if o >= original_index), len(view.messages))
+
+
+def is_thrashing(checkpoint: Checkpoint) -> bool:
+    recent = [r for r in checkpoint.recent_compactions if checkpoint.requests - r < THRASH_REQUESTS]
+    return len(recent) >= THRASH_LIMIT
+
+
+async def compact_range(
+    view: View,
+    ctx: Context,
+    *,
+    anchor: int,
+    cut: int,
+    family: str,
+    mechanism: str,
+    goal: str | None,
+    pinned: set[int] | None = None,
+) -> None:
+    """Replace the view's messages from the current summary (or from ``anchor``, an index
+    of the client's messages, when there is none) up to view index ``cut`` by a new summary.
+
+    ``pinned`` are client message indices (whole steps) that stay verbatim right after the
+    summary even though they fall in the covered range."""
+    previous = view.checkpoint
+    current = summary_index(view)
+    if current is not None:
+        at, new_from = current, current + 1
+        start_orig = previous.summary_at
+        old_end_orig = previous.summary_at + previous.covered
+    else:
+        at = new_from = view_index_of(view, anchor)
+        start_orig = old_end_orig = anchor
+    end_orig = view.origin[cut] if cut < len(view.messages) else len(view.original)
+    keep = sorted({*previous.pinned, *(pinned or set())} & set(range(start_orig, end_orig)))
+    ledger = build_ledger(view.original, old_end_orig, end_orig, goal=goal)
+    if previous.ledger is not None:
+        ledger = previous.ledger.merge(ledger)
+    handles = [*previous.handles, *view.offloads]
+    ledger = ledger.with_handles(handles)
+    previous_text = previous.summary.get("content") if previous.summary else None
+    request = SummaryRequest(
+        previous_summary=previous_text if isinstance(previous_text, str) else None,
+        messages=[
+            m
+            for m, o in zip(view.messages[new_from:cut], view.origin[new_from:cut], strict=True)
+            if o not in keep
+        ],
+        ledger=ledger,
+        prompt_family=family,
+    )
+    summarizer = ctx.summarizer or LedgerSummarizer()
+    started = time.perf_counter()
+    try:
+        result = await summarizer.summarize(request)
+    except Exception as exc:
+        result = SummaryResult(
+            text="",
+            model="ledger",
+            prompt_family="ledger",
+            seconds=time.perf_counter() - started,
+            fallback_reason=f"{type(exc).__name__}: summarizer failed",
+        )
+    message: Message = {"role": "user", "content": summary_content(result.text, ledger.render())}
+    view.replace_messages(
+        [*view.messages[:at], message, *(view.original[i] for i in keep), *view.messages[cut:]],
+        mechanism,
+        origin=[*view.origin[:at], -1, *keep, *view.origin[cut:]],
+    )
+    covered = view.original[start_orig:end_orig]
+    gone = {message_digest(m) for m in covered} if (previous.placeholders or previous.dropped) else set()
+    view.checkpoint = replace(
+        previous,
+        summary=message,
+        summary_at=start_orig,
+        covered=end_orig - start_orig,
+        pinned=tuple(keep),
+        covered_digest=range_digest(covered),
+        placeholders={d: m for d, m in previous.placeholders.items() if d not in gone},
+        dropped=frozenset(d for d in previous.dropped if d not in gone),
+        ledger=ledger,
+        handles=tuple(dict.fromkeys(handles)),
+        compactions=previous.compactions + 1,
+        recent_compactions=(*previous.recent_compactions[-(THRASH_LIMIT - 1) :], previous.requests),
+    )
+    view.details["summary"] = {
+        "model": result.model,
+        "prompt_family": result.prompt_family,
+        "prompt_version": result.prompt_version,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "seconds": round(result.seconds, 4),
+        "fallback_reason": result.fallback_reason,
+        "covered": [start_orig, end_orig],
+        "covered_digest": view.checkpoint.covered_digest,
+    }

@@ -1,0 +1,43 @@
+"""The high-water trigger: decides whether this request is a compaction point.
+
+Between compaction points the session's sticky decisions are re-applied as they are, so the
+prefix only grows; at a compaction point the following stages may decide anew. A session
+that keeps re-triggering is limited (and reported) rather than summarized again and again.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from policies.pipeline import Context, View
+from policies.stages.summary_state import is_thrashing
+
+
+class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    name: ClassVar[str] = "trigger"
+    # Fraction of the model's window above which the view is compacted.
+    high: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not 0 < self.high <= 1:
+            raise ValueError("high must be in (0, 1]")
+
+    async def apply(self, view: View, ctx: Context) -> View:
+        tokens = view.tokens(ctx)
+        view.details["trigger"] = {
+            "tokens": tokens,
+            "threshold": int(self.high * ctx.window),
+            "window": ctx.window,
+        }
+        if view.compacting:
+            return view
+        if tokens <= self.high * ctx.window:
+            return view
+        if is_thrashing(view.checkpoint):
+            view.details["trigger"]["limited"] = "re-triggering too often"
+            return view
+        view.compacting = True
+        view.trigger = "repeated" if view.checkpoint.compactions else "threshold"
+        return view

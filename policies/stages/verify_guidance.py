@@ -1,0 +1,38 @@
+"""Verify guidance (seed 000, section 3.3): once the view refers to saved outputs, a short
+system note tells the model that exact evidence is available and should be read before it
+is quoted. Added once, then kept byte for byte by the checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+import msgspec
+
+from policies.conversation import parse
+from policies.pipeline import Context, View
+
+GUIDANCE = (
+    "Some earlier tool outputs were saved outside the conversation and replaced by placeholders "
+    "that name a handle (handle=out_...); the summary lists the others. When you need exact "
+    "evidence from them (code, counts, error text, paths), call read_tool_output with the handle "
+    "and read it before you quote it; do not guess it from the summary."
+)
+
+
+class VerifyGuidance(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    name: ClassVar[str] = "verify_guidance"
+    text: str = GUIDANCE
+
+    async def apply(self, view: View, ctx: Context) -> View:
+        if view.checkpoint.guidance is not None or not (view.offloads or view.checkpoint.handles):
+            return view
+        note = {"role": "system", "content": self.text}
+        at = parse(view.messages).prefix_end
+        view.replace_messages(
+            [*view.messages[:at], note, *view.messages[at:]],
+            self.name,
+            origin=[*view.origin[:at], -1, *view.origin[at:]],
+        )
+        view.checkpoint = replace(view.checkpoint, guidance=note)
+        return view

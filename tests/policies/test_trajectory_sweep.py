@@ -1,0 +1,63 @@
+"""Every shipped policy over every sample trajectory, request by request (the history up to
+each assistant turn is one request), carrying the session checkpoint: never a protocol
+violation, never more tokens than the request, the system prompt and task kept."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policies.conversation import parse, role
+from policies.pipeline import build_policies
+from policies.tokens import TokenCounter
+from proxy.settings import Settings, policy_specs
+from replay.rows import iter_rows, row_messages, row_tools
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
+DATA = SAMPLE if SAMPLE.exists() else FIXTURE
+ROWS = list(iter_rows(DATA))
+COUNTER = TokenCounter()
+POLICIES = build_policies(policy_specs(Settings()))
+
+
+def requests_of(messages: list[Any]) -> list[list[Any]]:
+    """Each request is the history before an assistant message."""
+    return [messages[:i] for i, m in enumerate(messages) if role(m) == "assistant" and i > 0]
+
+
+@pytest.mark.parametrize("window", [8_192, 32_000])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_over_every_trajectory(name: str, window: int) -> None:
+    policy = POLICIES[name]
+    requests = violations = compactions = 0
+    before_total = after_total = 0
+
+    async def replay() -> None:
+        nonlocal requests, violations, compactions, before_total, after_total
+        for row in ROWS:
+            messages, tools = row_messages(row), row_tools(row)
+            checkpoint = None
+            for history in requests_of(messages):
+                body = {"model": "gpt-4o", "messages": history, "tools": tools}
+                outcome = await policy.apply(body, COUNTER, window=window, checkpoint=checkpoint)
+                checkpoint = outcome.checkpoint
+                view = outcome.messages if outcome.messages is not None else history
+                problems = parse(view).problems
+                violations += len(problems)
+                assert not problems, (row["instance_id"], problems)
+                assert view[0] is history[0]
+                assert outcome.tokens_after <= outcome.tokens_before
+                requests += 1
+                before_total += outcome.tokens_before
+                after_total += outcome.tokens_after
+            compactions += checkpoint.compactions if checkpoint else 0
+
+    asyncio.run(replay())
+    assert requests > 0 and violations == 0
+    if name == "full":
+        assert after_total == before_total
