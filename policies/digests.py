@@ -1,25 +1,61 @@
-"""Content digests that identify messages across requests, independent of key order."""
+"""Content digests that identify messages across requests, independent of key order.
+
+A session's checkpoint names messages by digest. Digesting a 120k-token history on every
+request would cost more than the rest of the policy, so ``Digests`` remembers the digest of
+each text it has seen (keyed by the exact text, like the token-count cache): the next
+request of a session only digests its new messages.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
 from policies.conversation import Message
+from policies.tokens import text_key
 
 
-def message_digest(message: Message) -> str:
+def _full_digest(message: Any) -> str:
     return hashlib.blake2b(orjson.dumps(message, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
 
 
-def range_digest(messages: Sequence[Message]) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for message in messages:
-        digest.update(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
-        digest.update(b"\x1e")
-    return digest.hexdigest()
+class Digests:
+    """Bounded two-generation memo of message digests."""
+
+    def __init__(self, max_chars: int = 64 * 1024 * 1024) -> None:
+        self._half = max(1, max_chars // 2)
+        self._young: dict[tuple[object, ...], tuple[str, str]] = {}
+        self._old: dict[tuple[object, ...], tuple[str, str]] = {}
+        self._young_chars = 0
+
+    def message(self, message: Message) -> str:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str) or len(message) > 4 or message.get("tool_calls"):
+            return _full_digest(message)
+        key = (
+            str(message.get("role")),
+            str(message.get("tool_call_id", "")),
+            str(message.get("name", "")),
+            ",".join(sorted(message)),
+            text_key(content),
+        )
+        entry = self._young.get(key) or self._old.get(key)
+        digest = entry[1] if entry is not None and entry[0] == content else _full_digest(message)
+        if key not in self._young:
+            self._young[key] = (content, digest)
+            self._young_chars += len(content)
+            if self._young_chars > self._half:
+                self._old, self._young, self._young_chars = self._young, {}, 0
+        return digest
+
+    def range(self, messages: Sequence[Message]) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        for message in messages:
+            digest.update(self.message(message).encode())
+        return digest.hexdigest()
 
 
 def content_handle(content: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 
 from policies.conversation import Message, message_text, parse, role
-from policies.digests import message_digest, range_digest
+from policies.digests import Digests
 from policies.ledger import Ledger
 from policies.summarizer import Summarizer
 from policies.tokens import REPLY_PRIMING, TokenCounter
@@ -114,6 +114,7 @@ class Context:
     summarizer: Summarizer | None = None
     model: str | None = None
     pins: Pins = field(default_factory=Pins)
+    digests: Digests = field(default_factory=Digests)
 
 
 @dataclass(slots=True)
@@ -135,6 +136,8 @@ class View:
     # Set by a trigger stage: this request is a compaction point, stages may make new decisions.
     compacting: bool = False
     trigger: str | None = None
+    # A stage made a new decision at this compaction point (counted in the checkpoint).
+    decided: bool = False
 
     def tokens(self, ctx: Context) -> int:
         return sum(ctx.counter.count_messages(self.messages, ctx.encoding)) + ctx.tools_tokens + REPLY_PRIMING
@@ -186,7 +189,7 @@ class PolicyOutcome:
         return self.messages is not None
 
 
-def apply_checkpoint(view: View) -> None:
+def apply_checkpoint(view: View, digests: Digests) -> None:
     """Re-apply the session's sticky decisions to the client's history."""
     checkpoint = view.checkpoint
     original = view.original
@@ -195,7 +198,7 @@ def apply_checkpoint(view: View) -> None:
     head_origin: list[int] = []
     if checkpoint.summary is not None:
         at, end = checkpoint.summary_at, checkpoint.summary_at + checkpoint.covered
-        if end <= len(original) and range_digest(original[at:end]) == checkpoint.covered_digest:
+        if end <= len(original) and digests.range(original[at:end]) == checkpoint.covered_digest:
             head = [*original[:at], checkpoint.summary, *(original[i] for i in checkpoint.pinned)]
             head_origin = [*range(at), -1, *checkpoint.pinned]
             start = end
@@ -217,7 +220,7 @@ def apply_checkpoint(view: View) -> None:
     for index in range(start, len(original)):
         message = original[index]
         if sticky and message.get("role") in ("tool", "user", "assistant"):
-            digest = message_digest(message)
+            digest = digests.message(message)
             if digest in checkpoint.dropped:
                 continue
             message = checkpoint.placeholders.get(digest, message)
@@ -245,6 +248,7 @@ class Policy:
         checkpoint: Checkpoint | None = None,
         summarizer: Summarizer | None = None,
         force: bool = False,
+        digests: Digests | None = None,
     ) -> PolicyOutcome:
         """Compute the view of one chat request. Never raises on malformed messages: input
         problems are reported, and stages leave malformed parts as they are. ``force`` makes
@@ -262,6 +266,7 @@ class Policy:
             summarizer=summarizer,
             model=body.get("model") if isinstance(body.get("model"), str) else None,
             pins=self.pins,
+            digests=digests or Digests(),
         )
         view = View(
             messages=list(messages),
@@ -271,9 +276,16 @@ class Policy:
             compacting=force,
             trigger="forced" if force else None,
         )
-        apply_checkpoint(view)
+        apply_checkpoint(view, ctx.digests)
         for stage in self.stages:
             view = await stage.apply(view, ctx)
+        if view.decided:
+            previous = view.checkpoint
+            view.checkpoint = replace(
+                previous,
+                compactions=previous.compactions + 1,
+                recent_compactions=(*previous.recent_compactions[-4:], previous.requests),
+            )
         after = view.tokens(ctx) if view.changed else counted.total
         if after > counted.total:
             # A summary can outweigh a short history: never send more than the client did.

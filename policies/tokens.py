@@ -101,33 +101,46 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         return encoding
 
 
+def text_key(text: str) -> object:
+    """A cheap dictionary key for a text: long texts are keyed by length and both ends,
+    which costs a fixed ~100-character hash instead of hashing the whole text. The caller
+    keeps the full text with the value and compares it on a hit, so lookups stay exact."""
+    return text if len(text) <= 128 else (len(text), text[:48], text[-48:])
+
+
 class _TextCountCache:
     """Two-generation cache of ``text -> token count``, bounded by the characters it holds.
 
-    Keys are the texts themselves, so a lookup is exact (no digest collisions) and costs a
-    hash plus one comparison. When the young generation fills half the budget it becomes
-    the old one; a hit in the old generation is promoted. That approximates LRU in O(1).
+    A hit is exact: the stored text is compared with the asked one (a memcmp, far cheaper
+    than hashing it). When the young generation fills half the budget it becomes the old
+    one; a hit in the old generation is promoted. That approximates LRU in O(1).
     """
 
     def __init__(self, max_chars: int) -> None:
         self._half = max(1, max_chars // 2)
-        self._young: dict[str, int] = {}
-        self._old: dict[str, int] = {}
+        self._young: dict[object, tuple[str, int]] = {}
+        self._old: dict[object, tuple[str, int]] = {}
         self._young_chars = 0
 
     def get(self, text: str) -> int | None:
-        count = self._young.get(text)
-        if count is not None:
-            return count
-        count = self._old.get(text)
-        if count is not None:
-            self.put(text, count)
-        return count
+        key = text_key(text)
+        for generation in (self._young, self._old):
+            entry = generation.get(key)
+            if entry is not None and entry[0] != text:
+                # Same length and ends, other middle: such texts live under their full text.
+                entry = generation.get(text)
+            if entry is not None and entry[0] == text:
+                if generation is self._old:
+                    self.put(text, entry[1])
+                return entry[1]
+        return None
 
     def put(self, text: str, count: int) -> None:
         if len(text) > self._half:
             return
-        self._young[text] = count
+        key = text_key(text)
+        taken = self._young.get(key)
+        self._young[key if taken is None or taken[0] == text else text] = (text, count)
         self._young_chars += len(text)
         if self._young_chars > self._half:
             self._old = self._young
@@ -173,6 +186,7 @@ class TokenCounter:
         self._encodings: dict[str, tiktoken.Encoding] = {}
         self._caches: dict[str, _TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
+        self._role_counts: dict[str, dict[str, int]] = {}
 
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
         """Load encodings now (about 0.3 s each) instead of on the first request."""
@@ -241,7 +255,13 @@ class TokenCounter:
         total = TOKENS_PER_MESSAGE
         role = message.get("role")
         if isinstance(role, str):
-            total += self.count_text(role, encoding)
+            roles = self._role_counts.setdefault(encoding, {})
+            role_count = roles.get(role)
+            if role_count is None:
+                role_count = self.count_text(role, encoding)
+                if len(roles) < 64:
+                    roles[role] = role_count
+            total += role_count
         total += self.count_content(message.get("content"), encoding)
         name = message.get("name")
         if isinstance(name, str) and name:

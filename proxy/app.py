@@ -17,7 +17,9 @@ from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.sessions import MemorySessions
 from proxy.settings import Settings, policy_specs
+from proxy.summarizer import OpenAISummarizer
 from proxy.upstream import Upstream
 
 
@@ -30,6 +32,7 @@ class AppState:
     counter: TokenCounter
     policies: dict[str, Policy]
     metrics: Metrics
+    sessions: MemorySessions
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -48,6 +51,7 @@ def create_app(
     transport: httpx.AsyncBaseTransport | None = None,
     logger: Any = None,
     counter: TokenCounter | None = None,
+    summarizer_transport: httpx.AsyncBaseTransport | None = None,
 ) -> ProxyApp:
     """Build the proxy. ``transport`` replaces the upstream network (tests use
     ``httpx.MockTransport`` or respx); ``counter`` lets callers share a warm counter."""
@@ -59,10 +63,35 @@ def create_app(
     policies = build_policies(policy_specs(settings))
     metrics = Metrics()
     upstream = Upstream(settings.upstream, transport=transport)
-    state = AppState(
-        settings=settings, upstream=upstream, counter=counter, policies=policies, metrics=metrics
+    sessions = MemorySessions(settings.sessions.max_sessions)
+    summarizer = (
+        OpenAISummarizer(
+            settings.summarizer,
+            base_url=settings.upstream.base_url,
+            api_key=settings.upstream.api_key,
+            transport=summarizer_transport,
+        )
+        if settings.summarizer.kind == "openai"
+        else None
     )
-    handler = ProxyHandler(settings, upstream, counter, policies, metrics, logger=logger)
+    state = AppState(
+        settings=settings,
+        upstream=upstream,
+        counter=counter,
+        policies=policies,
+        metrics=metrics,
+        sessions=sessions,
+    )
+    handler = ProxyHandler(
+        settings,
+        upstream,
+        counter,
+        policies,
+        metrics,
+        logger=logger,
+        sessions=sessions,
+        summarizer=summarizer,
+    )
     log = logger or structlog.get_logger("compaction_proxy")
 
     @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
@@ -97,6 +126,8 @@ def create_app(
 
     async def on_shutdown() -> None:
         await upstream.aclose()
+        if summarizer is not None:
+            await summarizer.aclose()
 
     app = Litestar(
         route_handlers=[healthz, readyz, metrics_route],

@@ -20,6 +20,7 @@ import httpx
 import orjson
 import structlog
 
+from policies.digests import Digests
 from policies.pipeline import Policy, PolicyOutcome
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
@@ -32,7 +33,9 @@ from proxy.forwarding import (
     upstream_url,
 )
 from proxy.metrics import Metrics
+from proxy.sessions import MemorySessions, bearer_key, session_of, tenant_of
 from proxy.settings import Settings
+from proxy.summarizer import OpenAISummarizer
 from proxy.upstream import Upstream, failure_kind, upstream_failure
 
 Scope = Mapping[str, Any]
@@ -113,6 +116,8 @@ class ProxyHandler:
         policies: Mapping[str, Policy],
         metrics: Metrics,
         logger: Any = None,
+        sessions: MemorySessions | None = None,
+        summarizer: OpenAISummarizer | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
@@ -126,6 +131,9 @@ class ProxyHandler:
         self._max_body = settings.server.max_body_bytes
         self._valid_policies = ", ".join(sorted(policies))
         self.windows = ContextWindows(settings.context_windows)
+        self.sessions = sessions or MemorySessions(settings.sessions.max_sessions)
+        self.summarizer = summarizer
+        self.digests = Digests()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -250,16 +258,42 @@ class ProxyHandler:
                     400, "'messages' is a required property and must be an array.", param="messages"
                 )
             exchange.stream = parsed.get("stream") is True
-            outcome = await policy.apply(
-                parsed, self.counter, window=self.windows.window_for(parsed.get("model"))
-            )
+            outcome = await self._apply_policy(policy, headers_in, parsed)
             content = self._view_bytes(body, parsed, outcome, mode)
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after
             chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
             chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
+            if outcome.trigger is not None:
+                chat_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
         headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
         await self._relay(send, "POST", url, headers, content, exchange, chat_headers=chat_headers)
+
+    async def _apply_policy(
+        self, policy: Policy, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any]
+    ) -> PolicyOutcome:
+        window = self.windows.window_for(parsed.get("model"))
+        if not policy.stages:
+            return await policy.apply(parsed, self.counter, window=window)
+        tenant = tenant_of(headers)
+        # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+        session = session_of(headers, parsed, tenant) + ":" + policy.name
+        async with self.sessions.lock(session):
+            summarizer = (
+                self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
+            )
+            outcome = await policy.apply(
+                parsed,
+                self.counter,
+                window=window,
+                checkpoint=self.sessions.checkpoint(session),
+                summarizer=summarizer,
+                digests=self.digests,
+            )
+            if outcome.offloads:
+                self.sessions.keep_outputs(tenant, outcome.offloads)
+            self.sessions.save(session, outcome.checkpoint)
+        return outcome
 
     @staticmethod
     def _view_bytes(original: bytes, parsed: dict[str, Any], outcome: PolicyOutcome, mode: str) -> bytes:

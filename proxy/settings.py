@@ -28,6 +28,7 @@ Mode = Literal["enforce", "shadow", "off"]
 ENV_CONFIG = "COMPACTION_PROXY_CONFIG"
 ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
 ENV_UPSTREAM_API_KEY = "COMPACTION_PROXY_UPSTREAM_API_KEY"
+ENV_SUMMARIZER_API_KEY = "COMPACTION_PROXY_SUMMARIZER_API_KEY"
 ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
 
 _POLICY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -68,6 +69,27 @@ class TokenSettings(_Section, frozen=True):
         default_factory=lambda: dict(DEFAULT_MODEL_ENCODINGS)  # type: ignore[arg-type]
     )
     cache_max_chars: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
+
+
+class SummarizerSettings(_Section, frozen=True):
+    kind: Literal["ledger", "openai"] = "ledger"
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str = "gpt-4o-mini"
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=64)] = 2000
+    breaker_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
+    breaker_cooldown: Annotated[float, msgspec.Meta(ge=0)] = 300.0
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError("base_url must be an http:// or https:// URL")
+
+
+class SessionSettings(_Section, frozen=True):
+    # Sessions whose checkpoints are kept in memory; the least recently used go first.
+    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
 
 
 class LoggingSettings(_Section, frozen=True):
@@ -147,6 +169,8 @@ class Settings(_Section, frozen=True):
     context_windows: dict[str, Annotated[int, msgspec.Meta(ge=1024)]] = msgspec.field(
         default_factory=_default_windows
     )
+    summarizer: SummarizerSettings = msgspec.field(default_factory=SummarizerSettings)
+    sessions: SessionSettings = msgspec.field(default_factory=SessionSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
 
@@ -222,6 +246,7 @@ def load_settings(
         (ENV_UPSTREAM_URL, "upstream.base_url"),
         (ENV_UPSTREAM_API_KEY, "upstream.api_key"),
         (ENV_ADMIN_TOKEN, "server.admin_token"),
+        (ENV_SUMMARIZER_API_KEY, "summarizer.api_key"),
     ):
         if env.get(variable):
             _set_path(data, dotted, env[variable])

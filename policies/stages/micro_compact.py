@@ -18,7 +18,6 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import message_text, parse, role
-from policies.digests import message_digest
 from policies.pipeline import Context, View
 
 PLACEHOLDER = "[Old tool result content cleared]"
@@ -52,7 +51,7 @@ class MicroCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             if len(message_text(source)) <= self.min_chars:
                 continue
             placeholder = {**source, "content": self.placeholder}
-            placeholders[message_digest(source)] = placeholder
+            placeholders[ctx.digests.message(source)] = placeholder
             messages[index] = placeholder
             cleared += 1
         if cleared:

@@ -9,7 +9,8 @@ exit code, first and last line), so the model knows what it can read back with
 - cleared outputs: older than the newest ``keep_recent`` outputs and longer than
   ``clear_min_chars`` (sre-agent's micro_compact, but recoverable).
 
-The newest ``keep_recent_steps`` steps are never touched: the model is working on them.
+The newest ``keep_recent_steps`` steps that produced output are never touched: the model is
+working on them.
 This stage only decides; the proxy stores every offloaded output before it sends a view
 that names its handle.
 """
@@ -22,7 +23,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import message_text, parse
-from policies.digests import content_handle, message_digest
+from policies.digests import content_handle
 from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, output_indices
 
@@ -58,9 +59,14 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             return view
         messages = view.messages
         conversation = parse(messages)
-        protected_from = (
-            conversation.steps[-self.keep_recent_steps].start if self.keep_recent_steps else len(messages)
-        )
+        # The newest steps that produced output are what the model is working on.
+        producing = [s for s in conversation.steps if s.kind in ("exchange", "observation")]
+        if not self.keep_recent_steps:
+            protected_from = len(messages)
+        elif self.keep_recent_steps <= len(producing):
+            protected_from = producing[-self.keep_recent_steps].start
+        else:
+            protected_from = 0
         outputs = [i for i in output_indices(conversation) if view.origin[i] >= 0]
         recent = set(outputs[-self.keep_recent :]) if self.keep_recent else set(outputs)
         calls = calls_by_id(messages)
@@ -85,7 +91,7 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             description = describe(name, target, text)
             view.offloads[handle] = Offload(handle=handle, content=text, description=description)
             placeholder = {**messages[index], "content": placeholder_text(handle, description)}
-            placeholders[message_digest(view.original[view.origin[index]])] = placeholder
+            placeholders[ctx.digests.message(view.original[view.origin[index]])] = placeholder
             replaced[index] = placeholder
             offloaded += 1
         if offloaded:
@@ -96,4 +102,5 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 handles=tuple(dict.fromkeys((*view.checkpoint.handles, *view.offloads))),
             )
             view.details["offload"] = {"outputs": offloaded, "handles": list(view.offloads)}
+            view.decided = True
         return view

@@ -15,7 +15,6 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import Step, message_text, parse
-from policies.digests import message_digest
 from policies.pipeline import Context, View
 from policies.stages.outputs import action_of, calls_by_id, failed, output_indices
 
@@ -86,14 +85,15 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             source = view.original[view.origin[index]] if view.origin[index] >= 0 else None
             if index in drop:
                 if source is not None:
-                    dropped.add(message_digest(source))
+                    dropped.add(ctx.digests.message(source))
                 continue
             if index in notes and source is not None:
                 message = {**message, "content": notes[index] + message_text(message)}
-                placeholders[message_digest(source)] = message
+                placeholders[ctx.digests.message(source)] = message
             kept.append(message)
             origin.append(view.origin[index])
         view.replace_messages(kept, self.name, origin=origin)
         view.checkpoint = replace(view.checkpoint, placeholders=placeholders, dropped=frozenset(dropped))
         view.details["retry_collapse"] = {"chains": len(notes), "dropped_messages": len(drop)}
+        view.decided = True
         return view

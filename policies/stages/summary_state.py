@@ -12,7 +12,6 @@ import time
 from dataclasses import replace
 
 from policies.conversation import Message
-from policies.digests import message_digest, range_digest
 from policies.ledger import build_ledger
 from policies.pipeline import Checkpoint, Context, View
 from policies.stages.common import summary_content
@@ -94,7 +93,8 @@ async def compact_range(
             model="ledger",
             prompt_family="ledger",
             seconds=time.perf_counter() - started,
-            fallback_reason=f"{type(exc).__name__}: summarizer failed",
+            # Only messages a summarizer marks as public are recorded: others could quote content.
+            fallback_reason=str(exc) if getattr(exc, "public", False) else f"{type(exc).__name__}",
         )
     message: Message = {"role": "user", "content": summary_content(result.text, ledger.render())}
     view.replace_messages(
@@ -103,21 +103,20 @@ async def compact_range(
         origin=[*view.origin[:at], -1, *keep, *view.origin[cut:]],
     )
     covered = view.original[start_orig:end_orig]
-    gone = {message_digest(m) for m in covered} if (previous.placeholders or previous.dropped) else set()
+    gone = {ctx.digests.message(m) for m in covered} if (previous.placeholders or previous.dropped) else set()
     view.checkpoint = replace(
         previous,
         summary=message,
         summary_at=start_orig,
         covered=end_orig - start_orig,
         pinned=tuple(keep),
-        covered_digest=range_digest(covered),
+        covered_digest=ctx.digests.range(covered),
         placeholders={d: m for d, m in previous.placeholders.items() if d not in gone},
         dropped=frozenset(d for d in previous.dropped if d not in gone),
         ledger=ledger,
         handles=tuple(dict.fromkeys(handles)),
-        compactions=previous.compactions + 1,
-        recent_compactions=(*previous.recent_compactions[-(THRASH_LIMIT - 1) :], previous.requests),
     )
+    view.decided = True
     view.details["summary"] = {
         "model": result.model,
         "prompt_family": result.prompt_family,

@@ -1,0 +1,96 @@
+"""Sessions and tenants, and the in-memory home of their checkpoints.
+
+A tenant is a hash of the client's bearer key (the key itself is never kept). A session is
+named by the client's ``X-Session-Id`` header, or else derived from the tenant plus a hash of
+the system prompt and the first user message, which stay the same for a whole agent run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from policies.conversation import message_text, role
+from policies.pipeline import Checkpoint, Offload
+from proxy.forwarding import header_value
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.blake2b(digest_size=12)
+    for part in parts:
+        digest.update(part)
+        digest.update(b"\x1f")
+    return digest.hexdigest()
+
+
+def bearer_key(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    value = header_value(headers, b"authorization")
+    if value and value[:7].lower() == b"bearer ":
+        return value[7:].strip().decode("latin-1") or None
+    return None
+
+
+def tenant_of(headers: Sequence[tuple[bytes, bytes]]) -> str:
+    key = bearer_key(headers)
+    return "t_" + _digest(b"tenant", key.encode()) if key else "t_anonymous"
+
+
+def session_of(headers: Sequence[tuple[bytes, bytes]], body: Mapping[str, Any], tenant: str) -> str:
+    explicit = header_value(headers, b"x-session-id")
+    if explicit:
+        return "s_" + _digest(tenant.encode(), b"explicit", explicit)
+    messages = body.get("messages")
+    system = first_user = ""
+    if isinstance(messages, list):
+        system = "\n".join(message_text(m) for m in messages if role(m) in ("system", "developer"))
+        first_user = next((message_text(m) for m in messages if role(m) == "user"), "")
+    return "s_" + _digest(
+        tenant.encode(), b"derived", system.encode("utf-8", "replace"), first_user.encode("utf-8", "replace")
+    )
+
+
+class MemorySessions:
+    """Checkpoints and offloaded outputs in memory, least recently used sessions evicted.
+
+    Requests of one session are compacted one at a time (a lock per session), so two
+    concurrent requests cannot both start a compaction from the same checkpoint.
+    """
+
+    def __init__(self, max_sessions: int = 10_000) -> None:
+        self.max_sessions = max_sessions
+        self._checkpoints: OrderedDict[str, Checkpoint] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._outputs: OrderedDict[tuple[str, str], Offload] = OrderedDict()
+
+    def lock(self, session: str) -> asyncio.Lock:
+        lock = self._locks.get(session)
+        if lock is None:
+            if len(self._locks) > 2 * self.max_sessions:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[session] = asyncio.Lock()
+        return lock
+
+    def checkpoint(self, session: str) -> Checkpoint | None:
+        found = self._checkpoints.get(session)
+        if found is not None:
+            self._checkpoints.move_to_end(session)
+        return found
+
+    def save(self, session: str, checkpoint: Checkpoint) -> None:
+        self._checkpoints[session] = checkpoint
+        self._checkpoints.move_to_end(session)
+        while len(self._checkpoints) > self.max_sessions:
+            self._checkpoints.popitem(last=False)
+
+    def keep_outputs(self, tenant: str, offloads: Mapping[str, Offload]) -> None:
+        for handle, offload in offloads.items():
+            self._outputs[(tenant, handle)] = offload
+            self._outputs.move_to_end((tenant, handle))
+        while len(self._outputs) > 20 * self.max_sessions:
+            self._outputs.popitem(last=False)
+
+    def output(self, tenant: str, handle: str) -> Offload | None:
+        return self._outputs.get((tenant, handle))

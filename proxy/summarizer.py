@@ -1,0 +1,155 @@
+"""Summarizers that call a model: any OpenAI-compatible chat endpoint.
+
+The summarizer has its own base URL, key and model (a cheaper model than the agent's is
+the common choice), a timeout and bounded retries. An answer that is empty or cut off is
+garbage and counts as a failure. After ``breaker_failures`` consecutive failures in a
+session the breaker opens and the session uses the ledger alone for ``breaker_cooldown``
+seconds; every fallback is recorded with its reason by the compaction stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from policies.prompts import summary_messages
+from policies.summarizer import SummaryRequest, SummaryResult
+from proxy.settings import SummarizerSettings
+
+_RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
+
+
+class SummarizerError(RuntimeError):
+    """The model gave no usable summary; the message says why (never any content)."""
+
+    # The message is safe to record in events and logs.
+    public = True
+
+
+class BreakerOpen(SummarizerError):
+    pass
+
+
+class OpenAISummarizer:
+    """One per app; ``for_session`` gives the per-session view with its circuit breaker."""
+
+    def __init__(
+        self,
+        settings: SummarizerSettings,
+        *,
+        base_url: str,
+        api_key: str | None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = httpx.AsyncClient(
+            base_url=(settings.base_url or base_url).rstrip("/"),
+            transport=transport,
+            timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
+            trust_env=False,
+        )
+        self.api_key = settings.api_key or api_key
+        self.calls = 0
+        self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
+
+    def for_session(self, session: str, client_key: str | None = None) -> SessionSummarizer:
+        """The summarizer for one session; without a configured key it uses the key of the
+        client whose request is being compacted."""
+        breaker = self._breakers.pop(session, None) or _Breaker()
+        self._breakers[session] = breaker
+        while len(self._breakers) > 10_000:
+            self._breakers.popitem(last=False)
+        return SessionSummarizer(self, breaker, self.api_key or client_key)
+
+    async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
+        prompt, messages = summary_messages(request)
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": messages,
+            "max_tokens": self.settings.max_output_tokens,
+            "temperature": 0,
+        }
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            self.calls += 1
+            try:
+                response = await self.client.post(
+                    "/chat/completions", content=orjson.dumps(body), headers=headers
+                )
+            except httpx.HTTPError as exc:
+                if attempt <= self.settings.max_retries:
+                    await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+                    continue
+                raise SummarizerError(f"summarizer unreachable or timed out ({type(exc).__name__})") from exc
+            if response.status_code in _RETRYABLE and attempt <= self.settings.max_retries:
+                await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+                continue
+            if response.status_code != 200:
+                raise SummarizerError(f"summarizer answered HTTP {response.status_code}")
+            return _parse(response.content, prompt.family, prompt.version, time.perf_counter() - started)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _parse(raw: bytes, family: str, version: str, seconds: float) -> SummaryResult:
+    try:
+        data = orjson.loads(raw)
+        choice = data["choices"][0]
+        text = choice["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise SummarizerError("summarizer answer is not a chat completion") from exc
+    if not isinstance(text, str) or len(text.strip()) < 20:
+        raise SummarizerError("summarizer answer is empty or too short")
+    if choice.get("finish_reason") == "length":
+        raise SummarizerError("summarizer answer was cut off at max_output_tokens")
+    usage = data.get("usage") or {}
+    return SummaryResult(
+        text=text.strip(),
+        model=str(data.get("model") or ""),
+        prompt_family=family,
+        prompt_version=version,
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        seconds=seconds,
+    )
+
+
+@dataclass
+class _Breaker:
+    failures: int = 0
+    open_until: float = 0.0
+
+
+class SessionSummarizer:
+    def __init__(self, parent: OpenAISummarizer, breaker: _Breaker, api_key: str | None) -> None:
+        self.parent = parent
+        self.breaker = breaker
+        self.api_key = api_key
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        settings = self.parent.settings
+        now = time.monotonic()
+        if self.breaker.open_until > now:
+            raise BreakerOpen(f"circuit open after {settings.breaker_failures} consecutive failures")
+        try:
+            result = await self.parent._call(request, self.api_key)
+        except SummarizerError:
+            self.breaker.failures += 1
+            if self.breaker.failures >= settings.breaker_failures:
+                self.breaker.open_until = now + settings.breaker_cooldown
+                self.breaker.failures = 0
+            raise
+        self.breaker.failures = 0
+        return result
