@@ -138,9 +138,17 @@ class View:
     trigger: str | None = None
     # A stage made a new decision at this compaction point (counted in the checkpoint).
     decided: bool = False
+    # (messages list it was computed for, token count): stages ask often, lists change rarely.
+    _tokens: tuple[list[Message], int] | None = None
 
     def tokens(self, ctx: Context) -> int:
-        return sum(ctx.counter.count_messages(self.messages, ctx.encoding)) + ctx.tools_tokens + REPLY_PRIMING
+        if self._tokens is not None and self._tokens[0] is self.messages:
+            return self._tokens[1]
+        total = (
+            sum(ctx.counter.count_messages(self.messages, ctx.encoding)) + ctx.tools_tokens + REPLY_PRIMING
+        )
+        self._tokens = (self.messages, total)
+        return total
 
     def note(self, mechanism: str) -> None:
         self.changed = True

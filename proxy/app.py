@@ -19,6 +19,7 @@ from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.sessions import MemorySessions
 from proxy.settings import Settings, policy_specs
+from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
 from proxy.upstream import Upstream
 
@@ -52,6 +53,7 @@ def create_app(
     logger: Any = None,
     counter: TokenCounter | None = None,
     summarizer_transport: httpx.AsyncBaseTransport | None = None,
+    store: Store | None = None,
 ) -> ProxyApp:
     """Build the proxy. ``transport`` replaces the upstream network (tests use
     ``httpx.MockTransport`` or respx); ``counter`` lets callers share a warm counter."""
@@ -82,6 +84,7 @@ def create_app(
         metrics=metrics,
         sessions=sessions,
     )
+    store = store or SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
     handler = ProxyHandler(
         settings,
         upstream,
@@ -91,8 +94,20 @@ def create_app(
         logger=logger,
         sessions=sessions,
         summarizer=summarizer,
+        store=store,
     )
     log = logger or structlog.get_logger("compaction_proxy")
+    background: set[asyncio.Task[None]] = set()
+
+    async def expire_forever() -> None:
+        keep = settings.store.keep_days * 86_400
+        while True:
+            await asyncio.sleep(settings.store.expiry_interval_seconds)
+            try:
+                cleared = await store.expire(keep)
+                log.info("store_expiry", outputs_expired=cleared)
+            except Exception as exc:  # expiry retries at the next interval
+                log.warning("store_expiry_failed", error=type(exc).__name__)
 
     @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
     def healthz() -> dict[str, str]:
@@ -115,6 +130,8 @@ def create_app(
         prepare_state_dir(settings.state_dir)
         # Loading a BPE table takes a few hundred ms: do it off the event loop, before ready.
         await asyncio.to_thread(counter.warm_up)
+        await store.expire(settings.store.keep_days * 86_400)  # also opens the store: fail before ready
+        background.add(asyncio.create_task(expire_forever()))
         state.ready.set()
         log.info(
             "started",
@@ -125,6 +142,10 @@ def create_app(
         )
 
     async def on_shutdown() -> None:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, *handler.background, return_exceptions=True)
+        await store.close()
         await upstream.aclose()
         if summarizer is not None:
             await summarizer.aclose()

@@ -21,7 +21,7 @@ import orjson
 import structlog
 
 from policies.digests import Digests
-from policies.pipeline import Policy, PolicyOutcome
+from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
 from proxy.errors import ProxyError, error_body
@@ -33,9 +33,12 @@ from proxy.forwarding import (
     upstream_url,
 )
 from proxy.metrics import Metrics
+from proxy.read_tool import names_a_handle, tool_schema
 from proxy.sessions import MemorySessions, bearer_key, session_of, tenant_of
 from proxy.settings import Settings
+from proxy.store import Store
 from proxy.summarizer import OpenAISummarizer
+from proxy.tool_loop import ToolLoop
 from proxy.upstream import Upstream, failure_kind, upstream_failure
 
 Scope = Mapping[str, Any]
@@ -67,9 +70,13 @@ class Exchange:
     tokens_before: int | None = None
     tokens_after: int | None = None
     error: str | None = None
+    read_rounds: int = 0
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def mark_responded(self) -> None:
+        self.responded = True
 
 
 def _status_class(status: int) -> str:
@@ -118,6 +125,8 @@ class ProxyHandler:
         logger: Any = None,
         sessions: MemorySessions | None = None,
         summarizer: OpenAISummarizer | None = None,
+        *,
+        store: Store,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
@@ -134,6 +143,12 @@ class ProxyHandler:
         self.sessions = sessions or MemorySessions(settings.sessions.max_sessions)
         self.summarizer = summarizer
         self.digests = Digests()
+        self.store = store
+        self.tool_loop = ToolLoop(
+            upstream, store, max_rounds=settings.read_tool.max_rounds, max_lines=settings.read_tool.max_lines
+        )
+        self._read_schema = tool_schema(settings.read_tool.max_lines)
+        self.background: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -258,7 +273,8 @@ class ProxyHandler:
                     400, "'messages' is a required property and must be an array.", param="messages"
                 )
             exchange.stream = parsed.get("stream") is True
-            outcome = await self._apply_policy(policy, headers_in, parsed)
+            tenant = tenant_of(headers_in)
+            outcome = await self._apply_policy(policy, headers_in, parsed, tenant)
             content = self._view_bytes(body, parsed, outcome, mode)
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after
@@ -266,19 +282,66 @@ class ProxyHandler:
             chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
             if outcome.trigger is not None:
                 chat_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
+            if mode == "enforce" and outcome.messages is not None and names_a_handle(outcome.messages):
+                await self._read_loop(send, url, headers_in, parsed, outcome, exchange, chat_headers, tenant)
+                return
         headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
         await self._relay(send, "POST", url, headers, content, exchange, chat_headers=chat_headers)
 
+    async def _read_loop(
+        self,
+        send: Send,
+        url: str,
+        headers_in: list[tuple[bytes, bytes]],
+        parsed: dict[str, Any],
+        outcome: PolicyOutcome,
+        exchange: Exchange,
+        chat_headers: list[tuple[bytes, bytes]],
+        tenant: str,
+    ) -> None:
+        """The view names saved outputs: inject read_tool_output and answer it here."""
+        tools = parsed.get("tools")
+        body = {
+            **parsed,
+            "messages": outcome.messages,
+            "tools": [*(tools if isinstance(tools, list) else []), self._read_schema],
+        }
+        headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
+        extra = [*chat_headers, *exchange.extra_headers]
+        try:
+            result = await self.tool_loop.run(
+                send,
+                url,
+                headers,
+                body,
+                tenant,
+                extra,
+                exchange.request_id,
+                mark_done=exchange.mark_responded,
+            )
+        except httpx.HTTPError as exc:
+            exchange.error = failure_kind(exc)
+            raise upstream_failure(exc) from None
+        exchange.responded = True
+        exchange.status = result.status
+        exchange.upstream_seconds = result.upstream_seconds
+        exchange.read_rounds = result.rounds
+        for kind in result.reads:
+            self.metrics.reads.labels(kind).inc()
+        self.metrics.read_rounds.observe(result.rounds)
+
     async def _apply_policy(
-        self, policy: Policy, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any]
+        self, policy: Policy, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any], tenant: str
     ) -> PolicyOutcome:
         window = self.windows.window_for(parsed.get("model"))
         if not policy.stages:
             return await policy.apply(parsed, self.counter, window=window)
-        tenant = tenant_of(headers)
         # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
         session = session_of(headers, parsed, tenant) + ":" + policy.name
         async with self.sessions.lock(session):
+            checkpoint = self.sessions.checkpoint(session)
+            if checkpoint is None:
+                checkpoint = await self._load_checkpoint(tenant, session)
             summarizer = (
                 self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
             )
@@ -286,14 +349,47 @@ class ProxyHandler:
                 parsed,
                 self.counter,
                 window=window,
-                checkpoint=self.sessions.checkpoint(session),
+                checkpoint=checkpoint,
                 summarizer=summarizer,
                 digests=self.digests,
             )
             if outcome.offloads:
-                self.sessions.keep_outputs(tenant, outcome.offloads)
+                try:
+                    # Durably stored before any view naming the handles is sent.
+                    await self.store.put_outputs(tenant, list(outcome.offloads.values()))
+                except Exception:  # fail open: the client's own request goes through
+                    self.metrics.errors.labels("store_write").inc()
+                    return PolicyOutcome(
+                        None,
+                        outcome.tokens_before,
+                        outcome.tokens_before,
+                        checkpoint=checkpoint or Checkpoint(),
+                    )
             self.sessions.save(session, outcome.checkpoint)
+            if outcome.checkpoint != checkpoint and outcome.mechanisms:
+                self._persist(tenant, session, outcome.checkpoint)
         return outcome
+
+    async def _load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
+        try:
+            return await self.store.load_checkpoint(tenant, session)
+        except Exception:  # a missing checkpoint only costs one fresh compaction
+            self.metrics.errors.labels("store_read").inc()
+            return None
+
+    def _persist(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        """Write a changed checkpoint in the background: memory stays authoritative in this
+        process; the store lets a restarted or another replica continue the session."""
+
+        async def write() -> None:
+            try:
+                await self.store.save_checkpoint(tenant, session, checkpoint)
+            except Exception:
+                self.metrics.errors.labels("store_write").inc()
+
+        task = asyncio.create_task(write())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     @staticmethod
     def _view_bytes(original: bytes, parsed: dict[str, Any], outcome: PolicyOutcome, mode: str) -> bytes:
@@ -392,4 +488,5 @@ class ProxyHandler:
             upstream_s=round(exchange.upstream_seconds, 6),
             overhead_s=round(overhead, 6),
             error=exchange.error,
+            read_rounds=exchange.read_rounds,
         )

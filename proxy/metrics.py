@@ -105,5 +105,19 @@ class Metrics:
             registry=r,
         )
 
+        self.reads = Counter(
+            "compaction_proxy_read_tool_output_calls",
+            "read_tool_output calls answered inside the proxy, by result "
+            "(ok, not_found, expired, bad_arguments).",
+            ("result",),
+            registry=r,
+        )
+        self.read_rounds = Histogram(
+            "compaction_proxy_read_tool_output_rounds",
+            "Upstream rounds spent answering read_tool_output per request that offered it.",
+            buckets=(0, 1, 2, 3, 4, 6, 8),
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

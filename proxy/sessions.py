@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.conversation import message_text, role
-from policies.pipeline import Checkpoint, Offload
+from policies.pipeline import Checkpoint
 from proxy.forwarding import header_value
 
 
@@ -53,7 +53,7 @@ def session_of(headers: Sequence[tuple[bytes, bytes]], body: Mapping[str, Any], 
 
 
 class MemorySessions:
-    """Checkpoints and offloaded outputs in memory, least recently used sessions evicted.
+    """Checkpoints in memory (in front of the store), least recently used sessions evicted.
 
     Requests of one session are compacted one at a time (a lock per session), so two
     concurrent requests cannot both start a compaction from the same checkpoint.
@@ -63,7 +63,6 @@ class MemorySessions:
         self.max_sessions = max_sessions
         self._checkpoints: OrderedDict[str, Checkpoint] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._outputs: OrderedDict[tuple[str, str], Offload] = OrderedDict()
 
     def lock(self, session: str) -> asyncio.Lock:
         lock = self._locks.get(session)
@@ -84,13 +83,3 @@ class MemorySessions:
         self._checkpoints.move_to_end(session)
         while len(self._checkpoints) > self.max_sessions:
             self._checkpoints.popitem(last=False)
-
-    def keep_outputs(self, tenant: str, offloads: Mapping[str, Offload]) -> None:
-        for handle, offload in offloads.items():
-            self._outputs[(tenant, handle)] = offload
-            self._outputs.move_to_end((tenant, handle))
-        while len(self._outputs) > 20 * self.max_sessions:
-            self._outputs.popitem(last=False)
-
-    def output(self, tenant: str, handle: str) -> Offload | None:
-        return self._outputs.get((tenant, handle))

@@ -87,6 +87,19 @@ class SummarizerSettings(_Section, frozen=True):
             raise ValueError("base_url must be an http:// or https:// URL")
 
 
+class StoreSettings(_Section, frozen=True):
+    backend: Literal["sqlite"] = "sqlite"
+    # SQLite file (null: <state_dir>/compaction.db).
+    path: str | None = None
+    keep_days: Annotated[float, msgspec.Meta(gt=0)] = 7.0
+    expiry_interval_seconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
+
+
+class ReadToolSettings(_Section, frozen=True):
+    max_rounds: Annotated[int, msgspec.Meta(ge=0, le=32)] = 4
+    max_lines: Annotated[int, msgspec.Meta(ge=1)] = 1000
+
+
 class SessionSettings(_Section, frozen=True):
     # Sessions whose checkpoints are kept in memory; the least recently used go first.
     max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
@@ -171,6 +184,8 @@ class Settings(_Section, frozen=True):
     )
     summarizer: SummarizerSettings = msgspec.field(default_factory=SummarizerSettings)
     sessions: SessionSettings = msgspec.field(default_factory=SessionSettings)
+    store: StoreSettings = msgspec.field(default_factory=StoreSettings)
+    read_tool: ReadToolSettings = msgspec.field(default_factory=ReadToolSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
 

@@ -75,10 +75,17 @@ def upstream(upstream_server: FakeUpstream) -> FakeUpstream:
 class ProxyProcess:
     """The real proxy (``compaction-proxy serve``) as a subprocess on a free loopback port."""
 
-    def __init__(self, config: dict[str, Any], tmp: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        tmp: Path,
+        env: dict[str, str] | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.config_path = tmp / "config.yml"
-        config = {**config, "state_dir": str(tmp / "state")}
+        self.state_dir = state_dir or tmp / "state"
+        config = {**config, "state_dir": str(self.state_dir)}
         config.setdefault("logging", {"level": "info", "format": "json"})
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = tmp / "proxy.log"
@@ -143,7 +150,9 @@ class ProxyProcess:
 def start_proxy(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Any]:
     started: list[ProxyProcess] = []
 
-    def start(config: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> ProxyProcess:
+    def start(
+        config: dict[str, Any] | None = None, env: dict[str, str] | None = None, state_dir: Path | None = None
+    ) -> ProxyProcess:
         merged: dict[str, Any] = {"upstream": {"base_url": upstream.base_url}}
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -152,7 +161,7 @@ def start_proxy(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Any]:
                 merged[key] = value
         directory = tmp_path / f"proxy{len(started)}"
         directory.mkdir()
-        proxy = ProxyProcess(merged, directory, env).start()
+        proxy = ProxyProcess(merged, directory, env, state_dir).start()
         started.append(proxy)
         return proxy
 

@@ -12,6 +12,7 @@ import collections
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ class Reply:
     done: bool = True
     reset_after: int | None = None
     delay: float = 0.0
+    # Decide the reply from the request (e.g. read a handle the request contains).
+    dynamic: Callable[[Recorded], Reply] | None = None
 
 
 def completion(
@@ -133,6 +136,8 @@ class FakeUpstream:
             )
         )
         reply = self.replies.popleft() if self.replies else None
+        while reply is not None and reply.dynamic is not None:
+            reply = reply.dynamic(self.requests[-1])
         if reply is None:
             if request.path == "/v1/models":
                 return web.json_response(

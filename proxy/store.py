@@ -1,0 +1,245 @@
+"""The durable store: offloaded outputs, session checkpoints, compaction events.
+
+One small interface (``Store``) with an embedded default, SQLite in WAL mode under the state
+directory. All SQLite work runs on one dedicated thread, so store I/O never blocks the event
+loop; callers await it. An offloaded output is written (and committed) before any view that
+names its handle is sent, and content already stored is not written again.
+
+Expiry keeps data ``keep_days`` after its last use, then leaves a tombstone for as long again,
+so that reading an expired handle says "expired" rather than "unknown". It runs in the
+background, never on the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from policies.pipeline import Checkpoint, Offload
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outputs (
+    tenant TEXT NOT NULL, handle TEXT NOT NULL, content TEXT, description TEXT NOT NULL,
+    created REAL NOT NULL, last_used REAL NOT NULL, PRIMARY KEY (tenant, handle)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    session TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL, policy TEXT NOT NULL,
+    time REAL NOT NULL, data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
+CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOutput:
+    handle: str
+    content: str | None  # None: expired
+    description: str
+
+    @property
+    def expired(self) -> bool:
+        return self.content is None
+
+
+class Store(Protocol):
+    async def put_outputs(self, tenant: str, outputs: Sequence[Offload]) -> None: ...
+    async def get_output(self, tenant: str, handle: str) -> StoredOutput | None: ...
+    async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None: ...
+    async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None: ...
+    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None: ...
+    async def events(
+        self,
+        tenant: str | None,
+        *,
+        session: str | None = None,
+        policy: str | None = None,
+        since: float = 0.0,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]: ...
+    async def expire(self, keep_seconds: float, now: float | None = None) -> int: ...
+    async def close(self) -> None: ...
+
+
+_checkpoint_encoder = msgspec.json.Encoder()
+_checkpoint_decoder = msgspec.json.Decoder(Checkpoint)
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    return _checkpoint_encoder.encode(checkpoint)
+
+
+def decode_checkpoint(data: bytes) -> Checkpoint:
+    return _checkpoint_decoder.decode(data)
+
+
+class SQLiteStore:
+    """``Store`` on SQLite (WAL). One connection, owned by one worker thread."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._local = threading.local()
+        # Handles known to be stored, per tenant: content already stored is not written again.
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.executescript(_SCHEMA)
+            self.path.chmod(0o600)
+            self._local.connection = connection
+        return connection
+
+    async def _run(self, function: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: function(self._connection()))
+
+    async def put_outputs(self, tenant: str, outputs: Sequence[Offload]) -> None:
+        fresh = [o for o in outputs if (tenant, o.handle) not in self._known]
+        if not fresh:
+            return
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.executemany(
+                    "INSERT INTO outputs (tenant, handle, content, description, created, last_used) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, handle) DO UPDATE SET "
+                    "content = excluded.content, last_used = excluded.last_used "
+                    "WHERE outputs.content IS NULL",
+                    [(tenant, o.handle, o.content, o.description, now, now) for o in fresh],
+                )
+
+        await self._run(write)
+        for output in fresh:
+            self._known[(tenant, output.handle)] = None
+        while len(self._known) > 200_000:
+            self._known.popitem(last=False)
+
+    async def get_output(self, tenant: str, handle: str) -> StoredOutput | None:
+        def read(db: sqlite3.Connection) -> StoredOutput | None:
+            row = db.execute(
+                "SELECT content, description FROM outputs WHERE tenant = ? AND handle = ?", (tenant, handle)
+            ).fetchone()
+            if row is None:
+                return None
+            if row[0] is not None:
+                db.execute(
+                    "UPDATE outputs SET last_used = ? WHERE tenant = ? AND handle = ?",
+                    (time.time(), tenant, handle),
+                )
+            return StoredOutput(handle=handle, content=row[0], description=row[1])
+
+        return await self._run(read)
+
+    async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
+        def read(db: sqlite3.Connection) -> bytes | None:
+            row = db.execute(
+                "SELECT data FROM checkpoints WHERE session = ? AND tenant = ?", (session, tenant)
+            ).fetchone()
+            return None if row is None else bytes(row[0])
+
+        data = await self._run(read)
+        if data is None:
+            return None
+        try:
+            return decode_checkpoint(data)
+        except msgspec.DecodeError:
+            return None  # written by an incompatible version: compact afresh
+
+    async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        data = encode_checkpoint(checkpoint)
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO checkpoints (session, tenant, data, updated) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (session) DO UPDATE SET data = excluded.data, updated = excluded.updated",
+                (session, tenant, data, time.time()),
+            )
+
+        await self._run(write)
+
+    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+        data = msgspec.json.encode(event)
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data),
+            )
+
+        await self._run(write)
+
+    async def events(
+        self,
+        tenant: str | None,
+        *,
+        session: str | None = None,
+        policy: str | None = None,
+        since: float = 0.0,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        clauses: list[str] = ["time >= ?"]
+        values: list[Any] = [since]
+        for column, value in (("tenant", tenant), ("session", session), ("policy", policy)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                values.append(value)
+        query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY time, id LIMIT ?"  # noqa: S608
+
+        def read(db: sqlite3.Connection) -> list[bytes]:
+            return [bytes(row[0]) for row in db.execute(query, (*values, limit))]
+
+        return [msgspec.json.decode(raw) for raw in await self._run(read)]
+
+    async def expire(self, keep_seconds: float, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+
+        def sweep(db: sqlite3.Connection) -> int:
+            with db:
+                # A tombstone's last_used is when it expired; it is forgotten one period later.
+                cleared = db.execute(
+                    "UPDATE outputs SET content = NULL, last_used = ? "
+                    "WHERE content IS NOT NULL AND last_used < ?",
+                    (now, now - keep_seconds),
+                ).rowcount
+                db.execute(
+                    "DELETE FROM outputs WHERE content IS NULL AND last_used < ?", (now - keep_seconds,)
+                )
+                db.execute("DELETE FROM checkpoints WHERE updated < ?", (now - keep_seconds,))
+                db.execute("DELETE FROM events WHERE time < ?", (now - keep_seconds,))
+            return cleared
+
+        cleared = await self._run(sweep)
+        if cleared:
+            self._known.clear()
+        return cleared
+
+    async def close(self) -> None:
+        def shutdown(db: sqlite3.Connection) -> None:
+            db.close()
+            self._local.connection = None
+
+        await self._run(shutdown)
+        self._executor.shutdown(wait=True)

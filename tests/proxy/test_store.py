@@ -1,0 +1,106 @@
+"""The SQLite store: outputs are content-addressed per tenant, written once, readable after a
+reopen, expired into tombstones; checkpoints round-trip exactly; events filter by session."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from policies.ledger import Ledger
+from policies.pipeline import Checkpoint, Offload
+from proxy.read_tool import run_read
+from proxy.store import SQLiteStore, decode_checkpoint, encode_checkpoint
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "state" / "c.db")
+
+
+OUTPUT = Offload(
+    handle="out_1", content="\n".join(f"line {i}" for i in range(1, 501)), description="run | 500 lines"
+)
+
+
+async def test_outputs_are_per_tenant_and_durable(store: SQLiteStore, tmp_path: Path) -> None:
+    await store.put_outputs("t_a", [OUTPUT])
+    await store.put_outputs("t_a", [OUTPUT])  # already stored: no second write
+    found = await store.get_output("t_a", "out_1")
+    assert found is not None and found.content == OUTPUT.content
+    assert await store.get_output("t_b", "out_1") is None
+    await store.close()
+    reopened = SQLiteStore(tmp_path / "state" / "c.db")
+    again = await reopened.get_output("t_a", "out_1")
+    assert again is not None and again.content == OUTPUT.content
+    mode = stat.S_IMODE(os.stat(tmp_path / "state" / "c.db").st_mode)
+    assert mode == 0o600
+    await reopened.close()
+
+
+async def test_expiry_leaves_a_tombstone_then_forgets(store: SQLiteStore) -> None:
+    await store.put_outputs("t", [OUTPUT])
+    future = 1e10
+    assert await store.expire(7 * 86_400) == 0  # fresh: nothing expires
+    assert await store.expire(1.0, now=future) == 1
+    expired = await store.get_output("t", "out_1")
+    assert expired is not None and expired.expired
+    text, outcome = await run_read(store, "t", {"handle": "out_1"}, 100)
+    assert outcome == "expired" and "expired" in text
+    await store.expire(1.0, now=future * 3)
+    assert await store.get_output("t", "out_1") is None
+    await store.close()
+
+
+async def test_read_paging_and_pattern(store: SQLiteStore) -> None:
+    await store.put_outputs("t", [OUTPUT])
+    text, outcome = await run_read(store, "t", '{"handle": "out_1", "start_line": 10, "num_lines": 3}', 100)
+    assert outcome == "ok"
+    assert text.splitlines() == [
+        "handle=out_1: lines 10-12 of 500",
+        " 10| line 10",
+        " 11| line 11",
+        " 12| line 12",
+    ]
+    text, _ = await run_read(store, "t", {"handle": "handle=out_1", "pattern": "^line 250$"}, 100)
+    assert "1 matching line(s) of 500" in text and "250| line 250" in text and "248| line 248" in text
+    text, _ = await run_read(store, "t", {"handle": "out_1", "num_lines": 10_000}, 100)
+    assert "lines 1-100 of 500" in text
+    assert (await run_read(store, "t", "{not json", 100))[1] == "bad_arguments"
+    assert (await run_read(store, "t", {"handle": "out_1", "pattern": "("}, 100))[1] == "bad_arguments"
+    assert (await run_read(store, "other", {"handle": "out_1"}, 100))[1] == "not_found"
+    await store.close()
+
+
+async def test_checkpoints_round_trip_exactly(store: SQLiteStore) -> None:
+    checkpoint = Checkpoint(
+        summary={"role": "user", "content": "summary"},
+        summary_at=2,
+        covered=10,
+        pinned=(5,),
+        covered_digest="abc",
+        placeholders={"d1": {"role": "tool", "tool_call_id": "c", "content": "[saved]"}},
+        dropped=frozenset({"d2"}),
+        ledger=Ledger(goal="g", handles=("out_1",)),
+        handles=("out_1",),
+        compactions=2,
+        requests=7,
+        recent_compactions=(3, 6),
+    )
+    assert decode_checkpoint(encode_checkpoint(checkpoint)) == checkpoint
+    await store.save_checkpoint("t", "s1", checkpoint)
+    assert await store.load_checkpoint("t", "s1") == checkpoint
+    assert await store.load_checkpoint("other", "s1") is None
+    await store.close()
+
+
+async def test_events_filter_by_tenant_session_and_time(store: SQLiteStore) -> None:
+    for i in range(5):
+        await store.add_event("t", f"s{i % 2}", {"event_id": f"e{i}", "time": float(i), "policy": "improved"})
+    await store.add_event("u", "s0", {"event_id": "x", "time": 1.0, "policy": "improved"})
+    assert [e["event_id"] for e in await store.events("t", session="s0")] == ["e0", "e2", "e4"]
+    assert [e["event_id"] for e in await store.events("t", since=3.0)] == ["e3", "e4"]
+    assert len(await store.events(None)) == 6
+    await store.close()
