@@ -189,12 +189,17 @@ class PolicyOutcome:
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     details: Mapping[str, Any] = field(default_factory=dict)
     offloads: Mapping[str, Offload] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
+    # The client's messages, for ``problems()``: malformed input is reported on demand.
+    original: Sequence[Message] = ()
     trigger: str | None = None
 
     @property
     def changed(self) -> bool:
         return self.messages is not None
+
+    def problems(self) -> tuple[str, ...]:
+        """Protocol problems the client's own messages already had (no policy adds any)."""
+        return parse(self.original).problems
 
 
 def apply_checkpoint(view: View, digests: Digests) -> None:
@@ -284,6 +289,8 @@ class Policy:
             compacting=force,
             trigger="forced" if force else None,
         )
+        # The view starts as the request itself: its count is already known.
+        view._tokens = (view.messages, counted.total)
         apply_checkpoint(view, ctx.digests)
         for stage in self.stages:
             view = await stage.apply(view, ctx)
@@ -304,7 +311,7 @@ class Policy:
                 counted.total,
                 checkpoint=checkpoint,
                 details=view.details,
-                problems=parse(messages).problems,
+                original=messages,
             )
         return PolicyOutcome(
             messages=view.messages if view.changed else None,
@@ -314,7 +321,7 @@ class Policy:
             checkpoint=view.checkpoint,
             details=view.details,
             offloads=view.offloads,
-            problems=parse(messages).problems,
+            original=messages,
             trigger=view.trigger,
         )
 
