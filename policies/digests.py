@@ -51,6 +51,12 @@ class Digests:
                 self._old, self._young, self._young_chars = self._young, {}, 0
         return digest
 
+    def at(self, index: int, message: Message) -> str:
+        """The key of a sticky decision about the client's message at ``index``. The position
+        is part of it: an agent can receive the same output twice, and a decision about the
+        first copy must not apply to the second."""
+        return f"{index}:{self.message(message)}"
+
     def range(self, messages: Sequence[Message]) -> str:
         digest = hashlib.blake2b(digest_size=16)
         for message in messages:

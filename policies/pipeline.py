@@ -48,7 +48,7 @@ class Checkpoint:
 
     ``summary`` replaces the client's messages ``[summary_at, summary_at + covered)``;
     ``covered_digest`` detects a client history that no longer holds what was summarized.
-    ``placeholders`` maps the digest of an original message to the exact message sent in its
+    ``placeholders`` maps "index:digest" of a client message to the exact message sent in its
     place; messages whose digest is in ``dropped`` are left out.
     """
 
@@ -233,7 +233,7 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
     for index in range(start, len(original)):
         message = original[index]
         if sticky and message.get("role") in ("tool", "user", "assistant"):
-            digest = digests.message(message)
+            digest = digests.at(index, message)
             if digest in checkpoint.dropped:
                 continue
             message = checkpoint.placeholders.get(digest, message)
@@ -312,6 +312,8 @@ class Policy:
                 checkpoint=checkpoint,
                 details=view.details,
                 original=messages,
+                # The client's request goes out as it is: a layout change, reported as such.
+                trigger="reverted" if checkpoint.summary or checkpoint.placeholders or view.trigger else None,
             )
         return PolicyOutcome(
             messages=view.messages if view.changed else None,

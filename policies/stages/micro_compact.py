@@ -51,7 +51,7 @@ class MicroCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             if len(message_text(source)) <= self.min_chars:
                 continue
             placeholder = {**source, "content": self.placeholder}
-            placeholders[ctx.digests.message(source)] = placeholder
+            placeholders[ctx.digests.at(view.origin[index], source)] = placeholder
             messages[index] = placeholder
             cleared += 1
         if cleared:

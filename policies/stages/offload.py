@@ -91,7 +91,8 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             description = describe(name, target, text)
             view.offloads[handle] = Offload(handle=handle, content=text, description=description)
             placeholder = {**messages[index], "content": placeholder_text(handle, description)}
-            placeholders[ctx.digests.message(view.original[view.origin[index]])] = placeholder
+            source = view.origin[index]
+            placeholders[ctx.digests.at(source, view.original[source])] = placeholder
             replaced[index] = placeholder
             offloaded += 1
         if offloaded:

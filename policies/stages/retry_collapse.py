@@ -85,11 +85,11 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             source = view.original[view.origin[index]] if view.origin[index] >= 0 else None
             if index in drop:
                 if source is not None:
-                    dropped.add(ctx.digests.message(source))
+                    dropped.add(ctx.digests.at(view.origin[index], source))
                 continue
             if index in notes and source is not None:
                 message = {**message, "content": notes[index] + message_text(message)}
-                placeholders[ctx.digests.message(source)] = message
+                placeholders[ctx.digests.at(view.origin[index], source)] = message
             kept.append(message)
             origin.append(view.origin[index])
         view.replace_messages(kept, self.name, origin=origin)

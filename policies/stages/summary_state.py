@@ -103,7 +103,11 @@ async def compact_range(
         origin=[*view.origin[:at], -1, *keep, *view.origin[cut:]],
     )
     covered = view.original[start_orig:end_orig]
-    gone = {ctx.digests.message(m) for m in covered} if (previous.placeholders or previous.dropped) else set()
+    gone = (
+        {ctx.digests.at(start_orig + i, m) for i, m in enumerate(covered)}
+        if (previous.placeholders or previous.dropped)
+        else set()
+    )
     view.checkpoint = replace(
         previous,
         summary=message,

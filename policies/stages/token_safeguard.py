@@ -56,5 +56,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             total -= sum(counts[step.start : step.end])
         if drop:
             view.replace_messages([m for i, m in enumerate(messages) if i not in drop], self.name)
+            # Trimming rewrites the view: reported as a compaction point of its own kind.
+            view.trigger = view.trigger or "safeguard"
         view.details["token_safeguard"] = {"dropped_messages": len(drop), "over_budget": total > budget}
         return view
