@@ -71,6 +71,9 @@ class Exchange:
     tokens_after: int | None = None
     error: str | None = None
     read_rounds: int = 0
+    mechanisms: tuple[str, ...] = ()
+    trigger: str | None = None
+    checkpoint_dropped: bool = False
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -278,6 +281,10 @@ class ProxyHandler:
             content = self._view_bytes(body, parsed, outcome, mode)
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after
+            exchange.mechanisms = outcome.mechanisms
+            exchange.trigger = outcome.trigger
+            # A client history that diverged from its checkpoint (edited or truncated) is recorded.
+            exchange.checkpoint_dropped = "checkpoint_dropped" in outcome.details
             chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
             chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
             if outcome.trigger is not None:
@@ -489,4 +496,7 @@ class ProxyHandler:
             overhead_s=round(overhead, 6),
             error=exchange.error,
             read_rounds=exchange.read_rounds,
+            mechanisms=list(exchange.mechanisms),
+            trigger=exchange.trigger,
+            checkpoint_dropped=exchange.checkpoint_dropped,
         )
