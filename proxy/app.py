@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import structlog
-from litestar import Litestar, MediaType, Response, get
+from litestar import Litestar, MediaType, Request, Response, get
 from litestar.openapi import OpenAPIConfig
+from litestar.params import FromQuery
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
+from proxy.errors import error_body
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.sessions import MemorySessions
+from proxy.sessions import MemorySessions, explicit_session, tenant_of
 from proxy.settings import Settings, policy_specs
 from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
@@ -121,6 +125,44 @@ def create_app(
             return Response({"status": "ready"})
         return Response({"status": "starting"}, status_code=503)
 
+    @get("/v1/compaction/events", media_type=MediaType.JSON)
+    async def compaction_events(
+        request: Request[Any, Any, Any],
+        session: FromQuery[str | None] = None,
+        policy: FromQuery[str | None] = None,
+        since: FromQuery[float] = 0.0,
+        limit: FromQuery[int] = 100,
+        tenant: FromQuery[str | None] = None,
+    ) -> Response[Any]:
+        """Compaction events, oldest first. With an admin token configured it is required and
+        sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
+        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
+        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
+        if settings.server.admin_token:
+            if not hmac.compare_digest(
+                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
+            ):
+                return Response(
+                    orjson.loads(error_body("The admin token is required.", type="authentication_error")),
+                    status_code=401,
+                )
+            scope = tenant
+        else:
+            scope = tenant_of(raw_headers)
+        if session and not session.startswith("s_"):
+            if scope is None:
+                return Response(
+                    orjson.loads(
+                        error_body("Pass the tenant with an X-Session-Id.", type="invalid_request_error")
+                    ),
+                    status_code=400,
+                )
+            session = explicit_session(scope, session)
+        found = await store.events(
+            scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
+        )
+        return Response({"object": "list", "data": found})
+
     @get("/metrics", sync_to_thread=False)
     def metrics_route() -> Response[bytes]:
         """Prometheus text exposition."""
@@ -145,13 +187,14 @@ def create_app(
         for task in background:
             task.cancel()
         await asyncio.gather(*background, *handler.background, return_exceptions=True)
+        await handler.events.drain()
         await store.close()
         await upstream.aclose()
         if summarizer is not None:
             await summarizer.aclose()
 
     app = Litestar(
-        route_handlers=[healthz, readyz, metrics_route],
+        route_handlers=[healthz, readyz, metrics_route, compaction_events],
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         openapi_config=OpenAPIConfig(title="compaction-proxy", version="0.1.0", path="/schema"),

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import datetime
 import importlib.util
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
+import orjson
 import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
@@ -60,6 +66,51 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_since(value: str | None) -> float:
+    """Unix seconds, an ISO time, or a duration back from now such as 90s, 15m, 2h, 1d."""
+    if not value:
+        return 0.0
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1] in units and value[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(value[:-1]) * units[value[-1]]
+    try:
+        return float(value)
+    except ValueError:
+        return datetime.datetime.fromisoformat(value).timestamp()
+
+
+def _events(args: argparse.Namespace) -> int:
+    from proxy.store import SQLiteStore
+
+    settings = _load(args)
+    store = SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
+    since = _parse_since(args.since)
+    seen: set[str] = set()
+
+    async def run() -> None:
+        nonlocal since
+        try:
+            while True:
+                found = await store.events(
+                    args.tenant, session=args.session, policy=args.policy, since=since, limit=args.limit
+                )
+                for event in found:
+                    if event["event_id"] not in seen:
+                        seen.add(event["event_id"])
+                        sys.stdout.write(orjson.dumps(event).decode() + "\n")
+                        since = max(since, float(event["time"]))
+                sys.stdout.flush()
+                if not args.follow:
+                    return
+                await asyncio.sleep(args.interval)
+        finally:
+            await store.close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compaction-proxy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--config", help="YAML settings file")
     check.set_defaults(run=_check)
+    events = commands.add_parser("events", help="print compaction events from the store as JSON lines")
+    events.add_argument("--config", help="YAML settings file (locates the store)")
+    events.add_argument("--session", help="the proxy's session id (s_...), as in the events")
+    events.add_argument("--tenant", help="the proxy's tenant id (t_...)")
+    events.add_argument("--policy", help="only events of this policy")
+    events.add_argument("--since", help="unix seconds, ISO time, or a duration back from now (15m, 2h, 1d)")
+    events.add_argument("--limit", type=int, default=1000, help="at most this many events per read")
+    events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
+    events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
+    events.set_defaults(run=_events)
     return parser
 
 

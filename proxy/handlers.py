@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
 import time
@@ -25,6 +26,7 @@ from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
 from proxy.errors import ProxyError, error_body
+from proxy.events import EventSink, build_event, config_hash
 from proxy.forwarding import (
     client_response_headers,
     header_value,
@@ -35,10 +37,10 @@ from proxy.forwarding import (
 from proxy.metrics import Metrics
 from proxy.read_tool import names_a_handle, tool_schema
 from proxy.sessions import MemorySessions, bearer_key, session_of, tenant_of
-from proxy.settings import Settings
+from proxy.settings import Settings, policy_specs
 from proxy.store import Store
 from proxy.summarizer import OpenAISummarizer
-from proxy.tool_loop import ToolLoop
+from proxy.tool_loop import LoopResult, ToolLoop
 from proxy.upstream import Upstream, failure_kind, upstream_failure
 
 Scope = Mapping[str, Any]
@@ -74,6 +76,13 @@ class Exchange:
     mechanisms: tuple[str, ...] = ()
     trigger: str | None = None
     checkpoint_dropped: bool = False
+    # For the compaction event, recorded once the response is out.
+    outcome: PolicyOutcome | None = None
+    tenant: str = ""
+    session: str = ""
+    model: object = None
+    messages_before: int = 0
+    reads: LoopResult | None = None
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -101,6 +110,13 @@ async def _send_error(send: Send, error: ProxyError, extra_headers: list[tuple[b
     ]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("compaction-proxy")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
 
 
 def _parse_json(body: bytes) -> Any:
@@ -151,6 +167,11 @@ class ProxyHandler:
             upstream, store, max_rounds=settings.read_tool.max_rounds, max_lines=settings.read_tool.max_lines
         )
         self._read_schema = tool_schema(settings.read_tool.max_lines)
+        self.events = EventSink(store, settings.events.jsonl_path, self.log)
+        package_version = _package_version()
+        self._policy_meta = {
+            name: (package_version, config_hash(spec)) for name, spec in policy_specs(settings).items()
+        }
         self.background: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -277,7 +298,11 @@ class ProxyHandler:
                 )
             exchange.stream = parsed.get("stream") is True
             tenant = tenant_of(headers_in)
-            outcome = await self._apply_policy(policy, headers_in, parsed, tenant)
+            # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+            session = session_of(headers_in, parsed, tenant) + ":" + policy.name
+            outcome = await self._apply_policy(policy, headers_in, parsed, tenant, session)
+            exchange.outcome, exchange.tenant, exchange.session = outcome, tenant, session
+            exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
             content = self._view_bytes(body, parsed, outcome, mode)
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after
@@ -333,18 +358,22 @@ class ProxyHandler:
         exchange.status = result.status
         exchange.upstream_seconds = result.upstream_seconds
         exchange.read_rounds = result.rounds
+        exchange.reads = result
         for kind in result.reads:
             self.metrics.reads.labels(kind).inc()
         self.metrics.read_rounds.observe(result.rounds)
 
     async def _apply_policy(
-        self, policy: Policy, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any], tenant: str
+        self,
+        policy: Policy,
+        headers: list[tuple[bytes, bytes]],
+        parsed: dict[str, Any],
+        tenant: str,
+        session: str,
     ) -> PolicyOutcome:
         window = self.windows.window_for(parsed.get("model"))
         if not policy.stages:
             return await policy.apply(parsed, self.counter, window=window)
-        # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
-        session = session_of(headers, parsed, tenant) + ":" + policy.name
         async with self.sessions.lock(session):
             checkpoint = self.sessions.checkpoint(session)
             if checkpoint is None:
@@ -465,7 +494,52 @@ class ProxyHandler:
             exchange.upstream_seconds = time.perf_counter() - sent_at
             await response.aclose()
 
+    def _record_compaction(self, exchange: Exchange) -> None:
+        outcome = exchange.outcome
+        if outcome is None:
+            return
+        if not (outcome.mechanisms or outcome.trigger or self.settings.events.record_skipped):
+            return
+        m = self.metrics
+        if outcome.trigger:
+            for mechanism in outcome.mechanisms or ("none",):
+                m.compactions.labels(exchange.policy, mechanism, outcome.trigger).inc()
+        if outcome.offloads:
+            m.offloaded.labels(exchange.policy).inc(len(outcome.offloads))
+            m.offloaded_bytes.labels(exchange.policy).inc(
+                sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
+            )
+        summary = outcome.details.get("summary")
+        if isinstance(summary, dict):
+            result = (
+                "fallback"
+                if summary.get("fallback_reason")
+                else ("ledger" if summary.get("model") == "ledger" else "ok")
+            )
+            m.summaries.labels(result).inc()
+            m.summary_seconds.observe(float(summary.get("seconds") or 0.0))
+        version, config_hash = self._policy_meta.get(exchange.policy, ("", ""))
+        event = build_event(
+            request_id=exchange.request_id,
+            tenant=exchange.tenant,
+            session=exchange.session,
+            model=exchange.model,
+            mode=exchange.mode,
+            policy=exchange.policy,
+            policy_version=version,
+            policy_hash=config_hash,
+            outcome=outcome,
+            messages_before=exchange.messages_before,
+            reads=exchange.reads,
+        )
+        if not (outcome.mechanisms or outcome.trigger):
+            # A light record of a request the policy left alone.
+            event.pop("checkpoint", None)
+            event["details"] = {}
+        self.events.emit(event)
+
     def _record(self, exchange: Exchange) -> None:
+        self._record_compaction(exchange)
         total = time.perf_counter() - exchange.started
         overhead = max(0.0, total - exchange.upstream_seconds)
         m = self.metrics

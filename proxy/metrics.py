@@ -119,5 +119,37 @@ class Metrics:
             registry=r,
         )
 
+        self.compactions = Counter(
+            "compaction_proxy_compactions",
+            "Compaction points by policy, mechanism applied and trigger "
+            "(threshold, repeated, forced, safeguard, reverted).",
+            ("policy", "mechanism", "trigger"),
+            registry=r,
+        )
+        self.offloaded = Counter(
+            "compaction_proxy_outputs_offloaded",
+            "Tool outputs saved to the store and replaced by a handle.",
+            ("policy",),
+            registry=r,
+        )
+        self.offloaded_bytes = Counter(
+            "compaction_proxy_outputs_offloaded_bytes",
+            "Bytes of the tool outputs saved to the store.",
+            ("policy",),
+            registry=r,
+        )
+        self.summaries = Counter(
+            "compaction_proxy_summarizer_calls",
+            "Summaries made, by outcome: ok (model), ledger (model-free), fallback (model failed).",
+            ("outcome",),
+            registry=r,
+        )
+        self.summary_seconds = Histogram(
+            "compaction_proxy_summarizer_seconds",
+            "Time spent making a summary.",
+            buckets=(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -38,10 +38,16 @@ def tenant_of(headers: Sequence[tuple[bytes, bytes]]) -> str:
     return "t_" + _digest(b"tenant", key.encode()) if key else "t_anonymous"
 
 
+def explicit_session(tenant: str, session_id: str | bytes) -> str:
+    """The proxy's id for a session the client named with ``X-Session-Id``."""
+    raw = session_id.encode("latin-1") if isinstance(session_id, str) else session_id
+    return "s_" + _digest(tenant.encode(), b"explicit", raw)
+
+
 def session_of(headers: Sequence[tuple[bytes, bytes]], body: Mapping[str, Any], tenant: str) -> str:
     explicit = header_value(headers, b"x-session-id")
     if explicit:
-        return "s_" + _digest(tenant.encode(), b"explicit", explicit)
+        return explicit_session(tenant, explicit)
     messages = body.get("messages")
     system = first_user = ""
     if isinstance(messages, list):

@@ -100,6 +100,13 @@ class ReadToolSettings(_Section, frozen=True):
     max_lines: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
 
+class EventSettings(_Section, frozen=True):
+    # Also record a light event for requests on which the policy did nothing.
+    record_skipped: bool = False
+    # Append every event as a JSON line to this file too (null: the store only).
+    jsonl_path: str | None = None
+
+
 class SessionSettings(_Section, frozen=True):
     # Sessions whose checkpoints are kept in memory; the least recently used go first.
     max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
@@ -186,6 +193,7 @@ class Settings(_Section, frozen=True):
     sessions: SessionSettings = msgspec.field(default_factory=SessionSettings)
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
     read_tool: ReadToolSettings = msgspec.field(default_factory=ReadToolSettings)
+    events: EventSettings = msgspec.field(default_factory=EventSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
 

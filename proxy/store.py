@@ -202,10 +202,14 @@ class SQLiteStore:
     ) -> list[dict[str, Any]]:
         clauses: list[str] = ["time >= ?"]
         values: list[Any] = [since]
-        for column, value in (("tenant", tenant), ("session", session), ("policy", policy)):
+        for column, value in (("tenant", tenant), ("policy", policy)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 values.append(value)
+        if session is not None:
+            # A session's events are stored per policy as "<session>:<policy>".
+            clauses.append("(session = ? OR substr(session, 1, ?) = ?)")
+            values += [session, len(session) + 1, session + ":"]
         query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY time, id LIMIT ?"  # noqa: S608
 
         def read(db: sqlite3.Connection) -> list[bytes]:

@@ -1,0 +1,143 @@
+"""Compaction events: one versioned record per request on which a policy did something.
+
+An event says what was done, why, and with what inputs (policy name, version and a hash of
+its resolved configuration; prompt family and version; trigger, threshold and window; the
+covered range of the client's messages and the digest of its content; tokens and messages
+before and after; handles offloaded; the summary's hash and the summarizer's model, tokens,
+seconds and any fallback; the read_tool_output rounds with their usage), plus the session
+checkpoint that produced the view. The checkpoint and the client's history (which the agent
+keeps, or a recorded trace) rebuild the exact view with ``policies.pipeline.apply_checkpoint``;
+the handles it names are in the store.
+
+Events are written to the store (tenant-scoped) and, when configured, appended as JSON lines
+to a file. They never hold API keys; the summary text and placeholders in the checkpoint are
+content, so the store's owner-only permissions apply to them as to saved outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from policies.pipeline import PolicyOutcome
+from proxy.store import Store, encode_checkpoint
+from proxy.tool_loop import LoopResult
+
+SCHEMA_VERSION = 1
+
+
+def config_hash(spec: Any) -> str:
+    return hashlib.blake2b(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS), digest_size=8).hexdigest()
+
+
+def build_event(
+    *,
+    request_id: str,
+    tenant: str,
+    session: str,
+    model: object,
+    mode: str,
+    policy: str,
+    policy_version: str,
+    policy_hash: str,
+    outcome: PolicyOutcome,
+    messages_before: int,
+    reads: LoopResult | None,
+) -> dict[str, Any]:
+    details = outcome.details
+    trigger: dict[str, Any] = details["trigger"] if isinstance(details.get("trigger"), dict) else {}
+    summary = details.get("summary") if isinstance(details.get("summary"), dict) else None
+    summary_message = outcome.checkpoint.summary if summary else None
+    summary_text = summary_message.get("content") if summary_message else None
+    event: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": "ev_" + os.urandom(10).hex(),
+        "time": time.time(),
+        "request_id": request_id,
+        "tenant": tenant,
+        "session": session,
+        "model": model if isinstance(model, str) else None,
+        "mode": mode,
+        "policy": policy,
+        "policy_version": policy_version,
+        "policy_config_hash": policy_hash,
+        "mechanisms": list(outcome.mechanisms),
+        "trigger": outcome.trigger,
+        "threshold": trigger.get("threshold"),
+        "window": trigger.get("window"),
+        "limited": trigger.get("limited"),
+        "tokens_before": outcome.tokens_before,
+        "tokens_after": outcome.tokens_after,
+        "messages_before": messages_before,
+        "messages_after": len(outcome.messages) if outcome.messages is not None else messages_before,
+        "handles_offloaded": sorted(outcome.offloads),
+        "offloaded_bytes": sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()),
+        "checkpoint_dropped": details.get("checkpoint_dropped"),
+        "parent_range": None,
+        "summary": None,
+        "read_tool_output": None,
+        "details": {k: v for k, v in details.items() if k not in ("summary", "trigger")},
+        "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
+    }
+    if summary is not None:
+        event["parent_range"] = {"messages": summary.get("covered"), "digest": summary.get("covered_digest")}
+        event["summary"] = {
+            "hash": hashlib.blake2b(str(summary_text).encode(), digest_size=16).hexdigest()
+            if summary_text
+            else None,
+            "model": summary.get("model"),
+            "prompt_family": summary.get("prompt_family"),
+            "prompt_version": summary.get("prompt_version"),
+            "input_tokens": summary.get("input_tokens"),
+            "output_tokens": summary.get("output_tokens"),
+            "seconds": summary.get("seconds"),
+            "fallback_reason": summary.get("fallback_reason"),
+        }
+    if reads is not None:
+        event["read_tool_output"] = {
+            "rounds": reads.rounds,
+            "reads": list(reads.reads),
+            "usage_per_round": list(reads.usage_per_round),
+        }
+    return event
+
+
+class EventSink:
+    """Writes events in the background: to the store, and to a JSON-lines file if set."""
+
+    def __init__(self, store: Store, jsonl_path: str | None, logger: Any = None) -> None:
+        self.store = store
+        self.path = Path(jsonl_path) if jsonl_path else None
+        self.log = logger or structlog.get_logger("compaction_proxy")
+        self.pending: set[asyncio.Task[None]] = set()
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        task = asyncio.create_task(self._write(dict(event)))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _write(self, event: dict[str, Any]) -> None:
+        try:
+            await self.store.add_event(event["tenant"], event["session"], event)
+            if self.path is not None:
+                line = orjson.dumps(event) + b"\n"
+                await asyncio.to_thread(self._append, line)
+        except Exception as exc:  # an event lost is logged, never a failed request
+            self.log.warning("event_write_failed", error=type(exc).__name__)
+
+    def _append(self, line: bytes) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as handle:
+            handle.write(line)
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self.pending, return_exceptions=True)
