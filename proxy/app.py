@@ -22,7 +22,7 @@ from proxy.errors import error_body
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.sessions import MemorySessions, explicit_session, tenant_of
-from proxy.settings import Settings, policy_specs
+from proxy.settings import Settings, load_settings, policy_specs
 from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
 from proxy.upstream import Upstream
@@ -69,7 +69,7 @@ def create_app(
     policies = build_policies(policy_specs(settings))
     metrics = Metrics()
     upstream = Upstream(settings.upstream, transport=transport)
-    sessions = MemorySessions(settings.sessions.max_sessions)
+    sessions = MemorySessions(settings.sessions.max_sessions, shared=settings.server.workers > 1)
     summarizer = (
         OpenAISummarizer(
             settings.summarizer,
@@ -203,6 +203,16 @@ def create_app(
     )
     app.state.proxy = state
     return ProxyApp(app, handler, state)
+
+
+def app_from_environment() -> ProxyApp:
+    """The app of one worker process when ``server.workers`` > 1 (uvicorn's factory)."""
+    from proxy.logs import configure_logging
+
+    overrides = orjson.loads(os.environ.get("COMPACTION_PROXY_OVERRIDES", "{}"))
+    settings = load_settings(overrides=overrides)
+    configure_logging(settings.logging.level, settings.logging.format)
+    return create_app(settings)
 
 
 class ProxyApp:

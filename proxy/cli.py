@@ -7,16 +7,19 @@ import asyncio
 import contextlib
 import datetime
 import importlib.util
+import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
-from proxy.settings import ConfigError, Settings, load_settings, policy_specs, to_builtins
+from proxy.settings import ENV_CONFIG, ConfigError, Settings, load_settings, policy_specs, to_builtins
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -27,17 +30,38 @@ def _load(args: argparse.Namespace) -> Settings:
     return settings
 
 
+ENV_OVERRIDES = "COMPACTION_PROXY_OVERRIDES"
+ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.app import create_app
-    from proxy.logs import configure_logging
-
     settings = _load(args)
-    configure_logging(settings.logging.level, settings.logging.format)
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
+    workers = settings.server.workers
+    if workers > 1:
+        # Several processes: prometheus-client's multiprocess mode, set up before it is
+        # imported; each worker builds the app from the same file and overrides.
+        metrics_dir = Path(settings.state_dir) / "prometheus-multiproc"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True, mode=0o700)
+        os.environ[ENV_MULTIPROC] = str(metrics_dir)
+        if args.config:
+            os.environ[ENV_CONFIG] = str(Path(args.config).resolve())
+        os.environ[ENV_OVERRIDES] = orjson.dumps(
+            {"server.host": args.host, "server.port": args.port}
+        ).decode()
+        target: Any = "proxy.app:app_from_environment"
+    else:
+        from proxy.app import create_app
+        from proxy.logs import configure_logging
+
+        configure_logging(settings.logging.level, settings.logging.format)
+        target = create_app(settings)
+    uvicorn.run(
+        target,
+        factory=workers > 1,
+        workers=workers,
         host=settings.server.host,
         port=settings.server.port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -52,7 +76,6 @@ def _serve(args: argparse.Namespace) -> int:
         # X-Forwarded-* from clients is not trusted: nothing here depends on client addresses.
         proxy_headers=False,
     )
-    uvicorn.Server(config).run()
     return 0
 
 

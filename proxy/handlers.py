@@ -168,6 +168,7 @@ class ProxyHandler:
         )
         self._read_schema = tool_schema(settings.read_tool.max_lines)
         self.events = EventSink(store, settings.events.jsonl_path, self.log)
+        self._pid = os.getpid()
         package_version = _package_version()
         self._policy_meta = {
             name: (package_version, config_hash(spec)) for name, spec in policy_specs(settings).items()
@@ -403,7 +404,11 @@ class ProxyHandler:
                     )
             self.sessions.save(session, outcome.checkpoint)
             if outcome.checkpoint != checkpoint and outcome.mechanisms:
-                self._persist(tenant, session, outcome.checkpoint)
+                if self.sessions.shared:
+                    # Another worker may serve this session's next request: write it now.
+                    await self._save_checkpoint(tenant, session, outcome.checkpoint)
+                else:
+                    self._persist(tenant, session, outcome.checkpoint)
         return outcome
 
     async def _load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
@@ -413,17 +418,17 @@ class ProxyHandler:
             self.metrics.errors.labels("store_read").inc()
             return None
 
+    async def _save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        try:
+            await self.store.save_checkpoint(tenant, session, checkpoint)
+        except Exception:  # a lost checkpoint costs one fresh compaction, never the request
+            self.metrics.errors.labels("store_write").inc()
+
     def _persist(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
         """Write a changed checkpoint in the background: memory stays authoritative in this
         process; the store lets a restarted or another replica continue the session."""
 
-        async def write() -> None:
-            try:
-                await self.store.save_checkpoint(tenant, session, checkpoint)
-            except Exception:
-                self.metrics.errors.labels("store_write").inc()
-
-        task = asyncio.create_task(write())
+        task = asyncio.create_task(self._save_checkpoint(tenant, session, checkpoint))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
@@ -573,4 +578,5 @@ class ProxyHandler:
             mechanisms=list(exchange.mechanisms),
             trigger=exchange.trigger,
             checkpoint_dropped=exchange.checkpoint_dropped,
+            pid=self._pid,
         )

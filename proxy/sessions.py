@@ -65,8 +65,11 @@ class MemorySessions:
     concurrent requests cannot both start a compaction from the same checkpoint.
     """
 
-    def __init__(self, max_sessions: int = 10_000) -> None:
+    def __init__(self, max_sessions: int = 10_000, *, shared: bool = False) -> None:
+        """``shared``: other processes serve the same sessions, so a remembered checkpoint may
+        be stale and every request reads the store instead."""
         self.max_sessions = max_sessions
+        self.shared = shared
         self._checkpoints: OrderedDict[str, Checkpoint] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -79,6 +82,8 @@ class MemorySessions:
         return lock
 
     def checkpoint(self, session: str) -> Checkpoint | None:
+        if self.shared:
+            return None
         found = self._checkpoints.get(session)
         if found is not None:
             self._checkpoints.move_to_end(session)

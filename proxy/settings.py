@@ -47,6 +47,9 @@ class ServerSettings(_Section, frozen=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
     admin_token: str | None = None
+    # Worker processes. With more than one, metrics use prometheus-client's multiprocess mode
+    # and session checkpoints are read from the store on every request (workers share it).
+    workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
 
 
 class UpstreamSettings(_Section, frozen=True):

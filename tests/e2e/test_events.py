@@ -161,3 +161,31 @@ def test_shadow_mode_sends_the_original_and_records_the_view(
         'compaction_proxy_requests_total{mode="shadow",policy="improved",route="chat",status_class="2xx"} 1.0'
         in metrics
     )
+
+
+def test_metrics_are_correct_with_several_workers(start_proxy: Any, upstream: FakeUpstream) -> None:
+    proxy = start_proxy({"server": {"workers": 2}, "context_windows": {"default": 8192}})
+    sent = 0
+
+    def served_by() -> set[Any]:
+        return {orjson.loads(line)["pid"] for line in proxy.log_lines() if '"event":"request"' in line}
+
+    # New connections, until both workers have served some (bounded).
+    while sent < 60 and (sent < 10 or len(served_by()) < 2):
+        httpx.post(
+            proxy.base_url + "/chat/completions",
+            json={"model": "m", "messages": history()[:2]},
+            headers={"connection": "close"},
+        )
+        sent += 1
+    assert len(served_by()) == 2
+    chat(
+        proxy, history(), session="workers-run", **{"x-compaction-policy": "improved", "connection": "close"}
+    )
+    for _ in range(4):  # whichever worker answers, it reports every worker's values
+        metrics = httpx.get(proxy.url + "/metrics", headers={"connection": "close"}).text
+        series = (
+            'compaction_proxy_requests_total{mode="enforce",policy="full",route="chat",status_class="2xx"}'
+        )
+        assert f"{series} {sent}.0" in metrics
+        assert 'compaction_proxy_outputs_offloaded_total{policy="improved"} 5.0' in metrics
