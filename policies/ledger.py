@@ -137,7 +137,7 @@ def _arguments(call: Any) -> dict[str, Any]:
     return {}
 
 
-def _actions(message: Message) -> list[tuple[str, dict[str, Any]]]:
+def actions_of(message: Message) -> list[tuple[str, dict[str, Any]]]:
     """(tool name, arguments) of every action in an assistant message, native or text."""
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
@@ -194,7 +194,7 @@ def build_ledger(
         if kind == "assistant":
             raw_calls = message.get("tool_calls")
             calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
-            for position, (name, args) in enumerate(_actions(message)):
+            for position, (name, args) in enumerate(actions_of(message)):
                 target = _file_action(name, args)
                 if target:
                     path, is_edit = target

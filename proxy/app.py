@@ -187,6 +187,7 @@ def create_app(
         for task in background:
             task.cancel()
         await asyncio.gather(*background, *handler.background, return_exceptions=True)
+        await asyncio.gather(*handler.shadow.tasks, return_exceptions=True)
         await handler.events.drain()
         await store.close()
         await upstream.aclose()

@@ -38,6 +38,7 @@ from proxy.metrics import Metrics
 from proxy.read_tool import names_a_handle, tool_schema
 from proxy.sessions import MemorySessions, bearer_key, session_of, tenant_of
 from proxy.settings import Settings, policy_specs
+from proxy.shadow import ShadowComparer
 from proxy.store import Store
 from proxy.summarizer import OpenAISummarizer
 from proxy.tool_loop import LoopResult, ToolLoop
@@ -50,6 +51,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 CHAT_PATH = b"/v1/chat/completions"
 _MODES = ("enforce", "shadow", "off")
 _SSE = b"text/event-stream"
+# Bytes of a real answer kept for a shadow comparison.
+_CAPTURE_LIMIT = 16 * 1024 * 1024
 
 
 class ClientDisconnected(Exception):
@@ -83,6 +86,12 @@ class Exchange:
     model: object = None
     messages_before: int = 0
     reads: LoopResult | None = None
+    # Shadow comparison of this request: the compacted body, and the real answer's bytes.
+    compare_body: dict[str, Any] | None = None
+    compare_url: str = ""
+    compare_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    captured: bytearray | None = None
+    captured_sse: bool = False
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -169,6 +178,11 @@ class ProxyHandler:
         self._read_schema = tool_schema(settings.read_tool.max_lines)
         self.events = EventSink(store, settings.events.jsonl_path, self.log)
         self._pid = os.getpid()
+        shadow = settings.shadow
+        self.shadow = ShadowComparer(
+            sample_rate=shadow.sample_rate if shadow.compare else 0.0,
+            max_concurrent=shadow.max_concurrent,
+        )
         package_version = _package_version()
         self._policy_meta = {
             name: (package_version, config_hash(spec)) for name, spec in policy_specs(settings).items()
@@ -315,11 +329,48 @@ class ProxyHandler:
             chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
             if outcome.trigger is not None:
                 chat_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
+            if mode == "shadow" and outcome.messages is not None and self.shadow.wanted():
+                exchange.compare_body = {**parsed, "messages": outcome.messages}
+                exchange.compare_url = url
+                exchange.compare_headers = upstream_request_headers(
+                    headers_in, fallback_api_key=self._api_key
+                )
+                exchange.captured = bytearray()
             if mode == "enforce" and outcome.messages is not None and names_a_handle(outcome.messages):
                 await self._read_loop(send, url, headers_in, parsed, outcome, exchange, chat_headers, tenant)
                 return
         headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
         await self._relay(send, "POST", url, headers, content, exchange, chat_headers=chat_headers)
+
+    async def _ask_upstream(
+        self, url: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any], tenant: str
+    ) -> tuple[int, bytes]:
+        """One non-streamed answer to ``body``, with saved-output reads answered as for a real
+        request; for shadow comparisons, whose answers are never returned to anyone."""
+        headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
+            (b"accept-encoding", b"identity")
+        ]
+        if names_a_handle(body["messages"]):
+            tools = body.get("tools")
+            body = {**body, "tools": [*(tools if isinstance(tools, list) else []), self._read_schema]}
+            status = 0
+            parts: list[bytes] = []
+
+            async def capture(message: dict[str, Any]) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                else:
+                    parts.append(message.get("body", b""))
+
+            await self.tool_loop.run(capture, url, headers, body, tenant, [], "shadow")
+            return status, b"".join(parts)
+        response = await self.upstream.open("POST", url, headers, orjson.dumps(body))
+        try:
+            raw = await response.aread()
+        finally:
+            await response.aclose()
+        return response.status_code, raw
 
     async def _read_loop(
         self,
@@ -470,6 +521,7 @@ class ProxyHandler:
             out_headers.extend(exchange.extra_headers)
             exchange.status = response.status_code
             is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
+            exchange.captured_sse = is_sse
             await send(
                 {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
             )
@@ -481,6 +533,8 @@ class ProxyHandler:
                             time.perf_counter() - exchange.started
                         )
                         first = False
+                    if exchange.captured is not None and len(exchange.captured) < _CAPTURE_LIMIT:
+                        exchange.captured += chunk
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
                 exchange.error = "upstream_" + (
@@ -541,6 +595,23 @@ class ProxyHandler:
             # A light record of a request the policy left alone.
             event.pop("checkpoint", None)
             event["details"] = {}
+        if exchange.compare_body is not None and exchange.captured is not None and exchange.status == 200:
+            policy = exchange.policy
+
+            def compared(result: dict[str, Any]) -> None:
+                outcome_label = "error" if result["error"] else ("diverged" if result["diverged"] else "same")
+                self.metrics.shadow_compares.labels(policy, outcome_label).inc()
+                self.events.emit({**event, "shadow_compare": result})
+
+            url, headers, tenant = exchange.compare_url, exchange.compare_headers, exchange.tenant
+
+            async def ask(body: dict[str, Any]) -> tuple[int, bytes]:
+                return await self._ask_upstream(url, headers, body, tenant)
+
+            self.shadow.start(
+                ask, exchange.compare_body, bytes(exchange.captured), exchange.captured_sse, compared
+            )
+            return
         self.events.emit(event)
 
     def _record(self, exchange: Exchange) -> None:

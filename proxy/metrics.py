@@ -153,6 +153,13 @@ class Metrics:
             registry=r,
         )
 
+        self.shadow_compares = Counter(
+            "compaction_proxy_shadow_compares",
+            "Shadow comparisons of the next decision, real answer vs compacted view: same, diverged, error.",
+            ("policy", "result"),
+            registry=r,
+        )
+
     def render(self) -> bytes:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             # Several worker processes: every worker's values, merged from their files.

@@ -103,6 +103,13 @@ class ReadToolSettings(_Section, frozen=True):
     max_lines: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
 
+class ShadowSettings(_Section, frozen=True):
+    # Also send a sample of compacted views upstream in the background and compare decisions.
+    compare: bool = False
+    sample_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
+    max_concurrent: Annotated[int, msgspec.Meta(ge=1)] = 4
+
+
 class EventSettings(_Section, frozen=True):
     # Also record a light event for requests on which the policy did nothing.
     record_skipped: bool = False
@@ -197,6 +204,7 @@ class Settings(_Section, frozen=True):
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
     read_tool: ReadToolSettings = msgspec.field(default_factory=ReadToolSettings)
     events: EventSettings = msgspec.field(default_factory=EventSettings)
+    shadow: ShadowSettings = msgspec.field(default_factory=ShadowSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
 

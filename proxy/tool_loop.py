@@ -41,6 +41,8 @@ class LoopResult:
     usage_per_round: list[dict[str, Any]] = field(default_factory=list)
     status: int = 0
     upstream_seconds: float = 0.0
+    request_id: bytes = b""
+    mark_done: Callable[[], None] = lambda: None
 
 
 def _add_usage(total: dict[str, int], usage: Any) -> None:
@@ -63,8 +65,6 @@ class ToolLoop:
         self.store = store
         self.max_rounds = max_rounds
         self.max_lines = max_lines
-        self._request_id = b""
-        self._mark_done: Callable[[], None] = lambda: None
 
     async def _resolve(self, tenant: str, calls: list[Any], result: LoopResult) -> list[dict[str, Any]]:
         messages = []
@@ -92,15 +92,15 @@ class ToolLoop:
         mark_done: Callable[[], None] = lambda: None,
     ) -> LoopResult:
         """``mark_done`` is called just before the last message of the response is sent."""
-        self._request_id = request_id.encode()
-        self._mark_done = mark_done
+        # Everything about this run lives in its result: the loop serves concurrent requests.
+        result = LoopResult(request_id=request_id.encode(), mark_done=mark_done)
         # The proxy must read these answers, so it asks for them uncompressed.
         headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
             (b"accept-encoding", b"identity")
         ]
         if body.get("stream") is True:
-            return await self._run_stream(send, url, headers, body, tenant, extra_headers)
-        return await self._run_json(send, url, headers, body, tenant, extra_headers)
+            return await self._run_stream(send, url, headers, body, tenant, extra_headers, result)
+        return await self._run_json(send, url, headers, body, tenant, extra_headers, result)
 
     async def _run_json(
         self,
@@ -110,8 +110,8 @@ class ToolLoop:
         body: dict[str, Any],
         tenant: str,
         extra_headers: list[tuple[bytes, bytes]],
+        result: LoopResult,
     ) -> LoopResult:
-        result = LoopResult()
         total: dict[str, int] = {}
         while True:
             started = time.perf_counter()
@@ -160,14 +160,15 @@ class ToolLoop:
             await self._send(send, response, orjson.dumps(data), extra_headers, result)
             return result
 
-    def _response_headers(self, response: httpx.Response) -> list[tuple[bytes, bytes]]:
+    @staticmethod
+    def _response_headers(response: httpx.Response, result: LoopResult) -> list[tuple[bytes, bytes]]:
         headers = [
             (k, v)
             for k, v in client_response_headers(response.headers.raw)
             if k not in (b"content-length", b"content-encoding")
         ]
         if not any(k == b"x-request-id" for k, _ in headers):
-            headers.append((b"x-request-id", self._request_id))
+            headers.append((b"x-request-id", result.request_id))
         return headers
 
     async def _send(
@@ -178,11 +179,11 @@ class ToolLoop:
         extra_headers: list[tuple[bytes, bytes]],
         result: LoopResult,
     ) -> None:
-        headers = self._response_headers(response)
+        headers = self._response_headers(response, result)
         headers += [(b"content-length", str(len(body)).encode()), *extra_headers]
         headers.append((b"x-compaction-read-rounds", str(result.rounds).encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        self._mark_done()
+        result.mark_done()
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _run_stream(
@@ -193,8 +194,8 @@ class ToolLoop:
         body: dict[str, Any],
         tenant: str,
         extra_headers: list[tuple[bytes, bytes]],
+        result: LoopResult,
     ) -> LoopResult:
-        result = LoopResult()
         total: dict[str, int] = {}
         started_response = False
         while True:
@@ -209,12 +210,12 @@ class ToolLoop:
                     await self._send(send, response, raw, extra_headers, result)
                     return result
                 if not started_response:
-                    out = self._response_headers(response)
+                    out = self._response_headers(response, result)
                     await send(
                         {"type": "http.response.start", "status": 200, "headers": [*out, *extra_headers]}
                     )
                     started_response = True
-                stream = _HeldStream(send, self._mark_done)
+                stream = _HeldStream(send, result.mark_done)
                 buffer = b""
                 async for chunk in response.stream:  # type: ignore[union-attr]
                     buffer += chunk

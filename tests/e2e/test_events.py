@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from policies.digests import Digests
 from policies.pipeline import Checkpoint, View, apply_checkpoint
 from tests.conftest import ROOT
 from tests.e2e.test_read_tool_output import history
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Reply, chunk, completion
 
 pytestmark = pytest.mark.e2e
 
@@ -189,3 +190,91 @@ def test_metrics_are_correct_with_several_workers(start_proxy: Any, upstream: Fa
         )
         assert f"{series} {sent}.0" in metrics
         assert 'compaction_proxy_outputs_offloaded_total{policy="improved"} 5.0' in metrics
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "type": "function",
+        "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+    }
+
+
+def _events_with_compare(proxy: Any, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = httpx.get(
+            proxy.base_url + "/compaction/events", headers={"authorization": "Bearer sk-events-a"}
+        ).json()["data"]
+        if len([e for e in events if e.get("shadow_compare")]) >= count:
+            return events
+        time.sleep(0.1)
+    raise AssertionError("no shadow comparison recorded")
+
+
+def test_shadow_compare_records_decision_divergence(start_proxy: Any, upstream: FakeUpstream) -> None:
+    config = {**CONFIG, "mode": "shadow", "shadow": {"compare": True, "sample_rate": 1.0}}
+    proxy = start_proxy(config)
+    real = _call("execute_bash", {"command": "pytest  -q"})
+    upstream.queue(
+        Reply(body=completion(tool_calls=[real])),  # the real answer, returned to the client
+        Reply(
+            body=completion(tool_calls=[_call("str_replace_editor", {"command": "view", "path": "/x.py"})])
+        ),
+    )
+    answer = chat(proxy, history(), session="cmp-1").json()
+    assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "execute_bash"
+    upstream.wait_for_requests(2)
+    original, compacted = upstream.requests
+    assert (
+        len(compacted.json()["messages"]) < len(original.json()["messages"])
+        or compacted.body != original.body
+    )
+    assert "stream" not in compacted.json()
+    # The same next decision, from a streamed real answer.
+    upstream.queue(
+        Reply(
+            kind="sse",
+            chunks=[
+                chunk("", role=True),
+                {
+                    **chunk(None),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": 0,
+                                        "id": "c",
+                                        "type": "function",
+                                        "function": {
+                                            "name": "execute_bash",
+                                            "arguments": '{"command": "pytest -q"}',
+                                        },
+                                    }
+                                ]
+                            },
+                            "finish_reason": None,
+                        }
+                    ],
+                },
+                chunk(None, finish="tool_calls"),
+            ],
+        ),
+        Reply(body=completion(tool_calls=[real])),
+    )
+    httpx.post(
+        proxy.base_url + "/chat/completions",
+        json={"model": "gpt-4o", "messages": history("BRAVO"), "stream": True},
+        headers={"authorization": "Bearer sk-events-a", "x-session-id": "cmp-2"},
+    )
+    events = _events_with_compare(proxy, 2)
+    compares = {e["session"].split(":")[0]: e["shadow_compare"] for e in events if e.get("shadow_compare")}
+    assert sorted((c["real"], c["shadow"], c["diverged"]) for c in compares.values()) == [
+        ("execute_bash: pytest -q", "execute_bash: pytest -q", False),
+        ("execute_bash: pytest -q", "str_replace_editor: /x.py", True),
+    ]
+    metrics = httpx.get(proxy.url + "/metrics").text
+    assert 'compaction_proxy_shadow_compares_total{policy="improved",result="diverged"} 1.0' in metrics
+    assert 'compaction_proxy_shadow_compares_total{policy="improved",result="same"} 1.0' in metrics

@@ -1,0 +1,128 @@
+"""Shadow comparison: would the compacted view have led the model to the same next decision?
+
+In shadow mode the upstream answers the client's original request. With ``shadow.compare``, a
+sampled share of requests whose view differs is also sent upstream in the background, as the
+compacted view; that answer is never returned. The decision signatures of both answers (seed
+003: the next action's tool and its normalized target, such as the path of an edit or the
+command of a shell call, or "final answer") are compared and recorded in the request's
+compaction event and in a divergence metric. Concurrency is bounded; a comparison that cannot
+start is skipped, never queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from policies.ledger import actions_of
+
+FINAL_ANSWER = "final answer"
+
+
+def decision_signature(message: Any) -> str:
+    """``tool: target`` of the first action in an assistant message, or "final answer"."""
+    if not isinstance(message, dict):
+        return FINAL_ANSWER
+    actions = actions_of(message)
+    if not actions:
+        return FINAL_ANSWER
+    name, args = actions[0]
+    target = args.get("path") or args.get("command") or args.get("file_path") or ""
+    if isinstance(target, str) and name in ("execute_bash", "bash", "shell") and not args.get("path"):
+        target = " ".join(target.split())
+    return f"{name}: {target}".strip()
+
+
+def message_from_json(raw: bytes) -> Any:
+    try:
+        data = orjson.loads(raw)
+        return data["choices"][0]["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def message_from_sse(raw: bytes) -> Any:
+    """The assistant message a chat-completions SSE stream spelled out, delta by delta."""
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for line in raw.replace(b"\r\n", b"\n").split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            chunk = orjson.loads(data)
+            delta = chunk["choices"][0]["delta"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            continue
+        if isinstance(delta.get("content"), str):
+            content.append(delta["content"])
+        for part in delta.get("tool_calls") or []:
+            call = calls.setdefault(
+                part.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            function = part.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return message
+
+
+Ask = Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]]
+
+
+class ShadowComparer:
+    def __init__(self, *, sample_rate: float, max_concurrent: int) -> None:
+        self.sample_rate = sample_rate
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def wanted(self) -> bool:
+        return self.sample_rate > 0 and random.random() < self.sample_rate and not self._slots.locked()
+
+    def start(
+        self,
+        ask: Ask,
+        body: dict[str, Any],
+        real_answer: bytes,
+        real_is_sse: bool,
+        done: Callable[[dict[str, Any]], None],
+    ) -> None:
+        """``ask`` sends the compacted body upstream (reads answered as for a real request) and
+        returns the final answer's status and JSON bytes."""
+        task = asyncio.create_task(self._compare(ask, body, real_answer, real_is_sse, done))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _compare(
+        self,
+        ask: Ask,
+        body: dict[str, Any],
+        real_answer: bytes,
+        real_is_sse: bool,
+        done: Callable[[dict[str, Any]], None],
+    ) -> None:
+        real = decision_signature(
+            message_from_sse(real_answer) if real_is_sse else message_from_json(real_answer)
+        )
+        result: dict[str, Any] = {"real": real, "shadow": None, "diverged": None, "error": None}
+        try:
+            async with self._slots:
+                status, raw = await ask(
+                    {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+                )
+                if status != 200:
+                    result["error"] = f"upstream answered HTTP {status}"
+                else:
+                    result["shadow"] = decision_signature(message_from_json(raw))
+                    result["diverged"] = result["shadow"] != real
+        except Exception as exc:  # a failed comparison is recorded, never surfaced
+            result["error"] = type(exc).__name__
+        done(result)
