@@ -16,8 +16,9 @@ def test_every_dashboard_metric_is_exported() -> None:
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     used = {m for e in exprs for m in re.findall(r"compaction_proxy_[a-z_]+", e)}
     exported: set[str] = set()
+    suffixes_by_type = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     for family in Metrics().registry.collect():
-        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
+        suffixes = suffixes_by_type.get(family.type, ("",))
         exported.update(family.name + s for s in suffixes)
     assert used and used <= exported, used - exported
     assert {"compaction_proxy_tokens_saved_total", "compaction_proxy_shadow_compares_total"} <= used
