@@ -71,6 +71,7 @@ def query(url: str, promql: str, expected: float, timeout: float = 30.0) -> floa
         if result:
             value = float(result[0]["value"][1])
             if value == expected:
+                print(f"prometheus: {promql} = {value:g}")  # shown with pytest -s
                 return value
         time.sleep(0.5)
     raise AssertionError(f"{promql} = {value}, expected {expected}")
