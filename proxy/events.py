@@ -5,9 +5,10 @@ its resolved configuration; prompt family and version; trigger, threshold and wi
 covered range of the client's messages and the digest of its content; tokens and messages
 before and after; handles offloaded; the summary's hash and the summarizer's model, tokens,
 seconds and any fallback; the read_tool_output rounds with their usage), plus the session
-checkpoint that produced the view. The checkpoint and the client's history (which the agent
-keeps, or a recorded trace) rebuild the exact view with ``policies.pipeline.apply_checkpoint``;
-the handles it names are in the store.
+checkpoint that produced the view. At a compaction point the event also holds the view itself
+(compressed); between points the checkpoint and the client's history (which the agent keeps,
+or a recorded trace) rebuild it with ``policies.pipeline.apply_checkpoint``; the outputs its
+handles name are in the store.
 
 Events are written to the store (tenant-scoped) and, when configured, appended as JSON lines
 to a file. They never hold API keys; the summary text and placeholders in the checkpoint are
@@ -17,9 +18,11 @@ content, so the store's owner-only permissions apply to them as to saved outputs
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import time
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,6 +89,13 @@ def build_event(
         "read_tool_output": None,
         "details": {k: v for k, v in details.items() if k not in ("summary", "trigger")},
         "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
+        # At a compaction point the view itself (zlib, base64): the event alone then holds
+        # exactly what was sent; between points, checkpoint + the client's history rebuild it.
+        "view": (
+            base64.b64encode(zlib.compress(orjson.dumps(outcome.messages), 6)).decode()
+            if outcome.trigger and outcome.messages is not None
+            else None
+        ),
     }
     if summary is not None:
         event["parent_range"] = {"messages": summary.get("covered"), "digest": summary.get("covered_digest")}

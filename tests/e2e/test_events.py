@@ -3,9 +3,11 @@ admin token, the JSON-lines file, the CLI, and rebuilding the exact view from an
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,8 @@ def test_events_describe_and_reproduce_the_view(
     )
     apply_checkpoint(view, Digests())
     assert view.messages == sent
+    # At a compaction point the event holds the view itself too.
+    assert orjson.loads(zlib.decompress(base64.b64decode(event["view"]))) == sent
     # Appended to the JSON-lines file too.
     assert [orjson.loads(line)["event_id"] for line in jsonl.read_text().splitlines()] == [event["event_id"]]
     # Another tenant sees none of it.
