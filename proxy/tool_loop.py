@@ -41,8 +41,14 @@ class LoopResult:
     usage_per_round: list[dict[str, Any]] = field(default_factory=list)
     status: int = 0
     upstream_seconds: float = 0.0
+    # The run's own context: the loop serves concurrent requests, so none of it is shared.
     request_id: bytes = b""
     mark_done: Callable[[], None] = lambda: None
+    send: Send | None = None
+    url: str = ""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    tenant: str = ""
+    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 def _add_usage(total: dict[str, int], usage: Any) -> None:
@@ -92,26 +98,30 @@ class ToolLoop:
         mark_done: Callable[[], None] = lambda: None,
     ) -> LoopResult:
         """``mark_done`` is called just before the last message of the response is sent."""
-        # Everything about this run lives in its result: the loop serves concurrent requests.
-        result = LoopResult(request_id=request_id.encode(), mark_done=mark_done)
-        # The proxy must read these answers, so it asks for them uncompressed.
-        headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
-            (b"accept-encoding", b"identity")
-        ]
+        result = LoopResult(
+            request_id=request_id.encode(),
+            mark_done=mark_done,
+            send=send,
+            url=url,
+            # The proxy must read these answers, so it asks for them uncompressed.
+            headers=[(k, v) for k, v in headers if k != b"accept-encoding"]
+            + [(b"accept-encoding", b"identity")],
+            tenant=tenant,
+            extra_headers=extra_headers,
+        )
         if body.get("stream") is True:
-            return await self._run_stream(send, url, headers, body, tenant, extra_headers, result)
-        return await self._run_json(send, url, headers, body, tenant, extra_headers, result)
+            return await self._run_stream(body, result)
+        return await self._run_json(body, result)
 
-    async def _run_json(
-        self,
-        send: Send,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        body: dict[str, Any],
-        tenant: str,
-        extra_headers: list[tuple[bytes, bytes]],
-        result: LoopResult,
-    ) -> LoopResult:
+    async def _run_json(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
+        send, url, headers, tenant, extra_headers = (
+            result.send,
+            result.url,
+            result.headers,
+            result.tenant,
+            result.extra_headers,
+        )
+        assert send is not None
         total: dict[str, int] = {}
         while True:
             started = time.perf_counter()
@@ -186,16 +196,15 @@ class ToolLoop:
         result.mark_done()
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _run_stream(
-        self,
-        send: Send,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        body: dict[str, Any],
-        tenant: str,
-        extra_headers: list[tuple[bytes, bytes]],
-        result: LoopResult,
-    ) -> LoopResult:
+    async def _run_stream(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
+        send, url, headers, tenant, extra_headers = (
+            result.send,
+            result.url,
+            result.headers,
+            result.tenant,
+            result.extra_headers,
+        )
+        assert send is not None
         total: dict[str, int] = {}
         started_response = False
         while True:
