@@ -128,14 +128,15 @@ def _package_version() -> str:
         return "0"
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(body: bytes) -> tuple[Any, bool]:
+    """The parsed body, and whether only Python's lenient parser could read it."""
     try:
-        return orjson.loads(body)
+        return orjson.loads(body), False
     except orjson.JSONDecodeError:
-        # orjson refuses integers beyond 64 bits and NaN, which are valid for Python's
-        # parser; such a request is still forwarded rather than refused by the proxy.
+        # orjson refuses integers beyond 64 bits, NaN and lone surrogate escapes, which
+        # Python's parser reads; such a request is still forwarded, but as the client sent it.
         try:
-            return json.loads(body)
+            return json.loads(body), True
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
 
@@ -303,7 +304,7 @@ class ProxyHandler:
         ]
         content = body
         if mode != "off":
-            parsed = _parse_json(body)
+            parsed, lenient = _parse_json(body)
             if not isinstance(parsed, dict):
                 raise ProxyError(400, "The request body must be a JSON object.")
             messages = parsed.get("messages")
@@ -315,7 +316,12 @@ class ProxyHandler:
             tenant = tenant_of(headers_in)
             # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
             session = session_of(headers_in, parsed, tenant) + ":" + policy.name
-            outcome = await self._apply_policy(policy, headers_in, parsed, tenant, session)
+            # A body only the lenient parser reads (lone surrogates, huge integers, NaN) may not
+            # survive re-encoding, storage or events: it is counted and passed through unchanged.
+            effective = (
+                Policy(name=policy.name, description=policy.description, stages=()) if lenient else policy
+            )
+            outcome = await self._apply_policy(effective, headers_in, parsed, tenant, session)
             exchange.outcome, exchange.tenant, exchange.session = outcome, tenant, session
             exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
             content = self._view_bytes(body, parsed, outcome, mode)
@@ -493,7 +499,7 @@ class ProxyHandler:
         try:
             return orjson.dumps(rewritten)
         except TypeError:
-            return json.dumps(rewritten, ensure_ascii=False, separators=(",", ":")).encode()
+            return json.dumps(rewritten, separators=(",", ":")).encode()
 
     async def _relay(
         self,
@@ -615,7 +621,11 @@ class ProxyHandler:
         self.events.emit(event)
 
     def _record(self, exchange: Exchange) -> None:
-        self._record_compaction(exchange)
+        try:
+            self._record_compaction(exchange)
+        except Exception as exc:  # recording must never fail a request that was answered
+            self.metrics.errors.labels("event").inc()
+            self.log.warning("event_failed", error=type(exc).__name__)
         total = time.perf_counter() - exchange.started
         overhead = max(0.0, total - exchange.upstream_seconds)
         m = self.metrics
