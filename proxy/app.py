@@ -69,7 +69,9 @@ def create_app(
     policies = build_policies(policy_specs(settings))
     metrics = Metrics()
     upstream = Upstream(settings.upstream, transport=transport)
-    sessions = MemorySessions(settings.sessions.max_sessions, shared=settings.server.workers > 1)
+    # Other processes (workers, or replicas sharing Redis) may serve the same sessions.
+    shared = settings.server.workers > 1 or settings.store.backend == "redis"
+    sessions = MemorySessions(settings.sessions.max_sessions, shared=shared)
     summarizer = (
         OpenAISummarizer(
             settings.summarizer,
@@ -88,7 +90,7 @@ def create_app(
         metrics=metrics,
         sessions=sessions,
     )
-    store = store or SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
+    store = store or make_store(settings)
     handler = ProxyHandler(
         settings,
         upstream,
@@ -204,6 +206,14 @@ def create_app(
     )
     app.state.proxy = state
     return ProxyApp(app, handler, state)
+
+
+def make_store(settings: Settings) -> Store:
+    if settings.store.backend == "redis":
+        from proxy.store_redis import RedisStore
+
+        return RedisStore(settings.store.redis_url, settings.store.keep_days * 86_400)
+    return SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
 
 
 def app_from_environment() -> ProxyApp:

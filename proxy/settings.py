@@ -91,7 +91,9 @@ class SummarizerSettings(_Section, frozen=True):
 
 
 class StoreSettings(_Section, frozen=True):
-    backend: Literal["sqlite"] = "sqlite"
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    # With backend redis: the server every replica shares.
+    redis_url: str = "redis://127.0.0.1:6379/0"
     # SQLite file (null: <state_dir>/compaction.db).
     path: str | None = None
     keep_days: Annotated[float, msgspec.Meta(gt=0)] = 7.0

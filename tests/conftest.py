@@ -185,3 +185,45 @@ def shared_proxy(
 @pytest.fixture
 def proxy(shared_proxy: ProxyProcess, upstream: FakeUpstream) -> ProxyProcess:
     return shared_proxy
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server (Debian's, installed by .ci/run) on a free loopback port."""
+    import shutil
+
+    binary = shutil.which("redis-server")
+    assert binary, "Debian's redis-server is required: apt-get install -y redis-server (.ci/run does it)"
+    port = free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            "--protected-mode",
+            "yes",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
+                connection.sendall(b"PING\r\n")
+                if connection.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    process.terminate()
+    process.wait(10)

@@ -1,0 +1,119 @@
+"""``Store`` on Redis (redis-py's asyncio client), so several proxy replicas behind a load
+balancer share sessions, checkpoints, saved outputs and events.
+
+Keys, all under ``cpx:``: ``out:<tenant>:<handle>`` (the output, written once with ``SET NX``,
+kept ``keep_days`` after its last read), ``seen:<tenant>:<handle>`` (a marker kept twice as
+long, so an expired handle answers "expired"), ``cp:<session>`` (tenant + checkpoint),
+``ev:<tenant>`` and ``ev:*`` (sorted sets of event ids by time) and ``evd:<id>`` (the event).
+Redis's own expiry does the cleaning; ``expire`` only trims the event indexes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import orjson
+import redis.asyncio as redis
+
+from policies.pipeline import Checkpoint, Offload
+from proxy.store import StoredOutput, decode_checkpoint, encode_checkpoint
+
+_ALL = "cpx:ev:*"
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class RedisStore:
+    def __init__(self, url: str, keep_seconds: float) -> None:
+        self.client = redis.Redis.from_url(url, decode_responses=False)
+        self.keep = max(1, int(keep_seconds))
+
+    async def put_outputs(self, tenant: str, outputs: Sequence[Offload]) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for output in outputs:
+                value = orjson.dumps({"content": output.content, "description": output.description})
+                pipe.set(f"cpx:out:{tenant}:{output.handle}", value, ex=self.keep, nx=True)
+                pipe.set(f"cpx:seen:{tenant}:{output.handle}", b"1", ex=2 * self.keep)
+            await pipe.execute()
+
+    async def get_output(self, tenant: str, handle: str) -> StoredOutput | None:
+        key = f"cpx:out:{tenant}:{handle}"
+        raw = await self.client.get(key)
+        if raw is None:
+            if await self.client.exists(f"cpx:seen:{tenant}:{handle}"):
+                return StoredOutput(handle=handle, content=None, description="")
+            return None
+        await self.client.expire(key, self.keep)  # kept keep_days after its last use
+        data = orjson.loads(raw)
+        return StoredOutput(handle=handle, content=data["content"], description=data["description"])
+
+    async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
+        raw = await self.client.get(f"cpx:cp:{session}")
+        if raw is None:
+            return None
+        owner, _, data = _as_bytes(raw).partition(b"\x1f")
+        if owner.decode() != tenant:
+            return None
+        try:
+            return decode_checkpoint(data)
+        except msgspec.DecodeError:
+            return None
+
+    async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        value = tenant.encode() + b"\x1f" + encode_checkpoint(checkpoint)
+        await self.client.set(f"cpx:cp:{session}", value, ex=self.keep)
+
+    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+        event_id = event["event_id"]
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(f"cpx:evd:{event_id}", orjson.dumps(event), ex=self.keep)
+            pipe.zadd(f"cpx:ev:{tenant}", {event_id: float(event["time"])})
+            pipe.zadd(_ALL, {event_id: float(event["time"])})
+            await pipe.execute()
+
+    async def events(
+        self,
+        tenant: str | None,
+        *,
+        session: str | None = None,
+        policy: str | None = None,
+        since: float = 0.0,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        index = f"cpx:ev:{tenant}" if tenant is not None else _ALL
+        found: list[dict[str, Any]] = []
+        start = 0
+        while len(found) < limit:
+            ids: list[Any] = await self.client.zrangebyscore(index, since, "+inf", start=start, num=500)
+            if not ids:
+                break
+            start += len(ids)
+            for raw in await self.client.mget([b"cpx:evd:" + _as_bytes(i) for i in ids]):
+                if raw is None:
+                    continue
+                event = orjson.loads(raw)
+                if session is not None and not (
+                    event["session"] == session or event["session"].startswith(session + ":")
+                ):
+                    continue
+                if policy is not None and event.get("policy") != policy:
+                    continue
+                found.append(event)
+                if len(found) >= limit:
+                    break
+        return found
+
+    async def expire(self, keep_seconds: float, now: float | None = None) -> int:
+        cutoff = (time.time() if now is None else now) - keep_seconds
+        await self.client.zremrangebyscore(_ALL, "-inf", cutoff)
+        async for key in self.client.scan_iter(match="cpx:ev:t_*"):
+            await self.client.zremrangebyscore(key, "-inf", cutoff)
+        return 0
+
+    async def close(self) -> None:
+        await self.client.aclose()
