@@ -87,13 +87,16 @@ class Processes:
         log_path = self.tmp / "fake_upstream.log"
         return self.start("fake_upstream", argv, lambda: b"listening on" in log_path.read_bytes())
 
-    def start_proxy(self, upstream_port: int) -> tuple[int, int]:
+    def start_proxy(
+        self, upstream_port: int, extra_config: dict[str, object] | None = None
+    ) -> tuple[int, int]:
         """The proxy as users run it, with a temporary config; returns (port, pid)."""
         port = free_port()
         config = {
             "upstream": {"base_url": f"http://127.0.0.1:{upstream_port}/v1"},
             "logging": {"level": "warning", "format": "json"},
             "state_dir": str(self.tmp / "state"),
+            **(extra_config or {}),
         }
         config_path = self.tmp / "proxy.yml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is valid YAML

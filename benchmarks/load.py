@@ -1,0 +1,200 @@
+"""Load: many concurrent streaming agent sessions through the proxy with policy `improved`.
+
+Each session starts from a task and grows step by step as an agent's does (an assistant tool
+call and a ~1k-token tool output per request), streaming every answer; the model window is
+set small so sessions compact during the run. The same load first runs against the fake
+upstream directly for the latency baseline. Reports errors, p50/p99 latency (to the end of the
+stream) direct and through the proxy, and the proxy's CPU and RSS every few seconds.
+
+    .venv/bin/python benchmarks/load.py --sessions 200 --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import CLK_TCK, Processes, free_port, tree_ticks
+
+WORDS = [
+    "def",
+    "return",
+    "import",
+    "assert",
+    "pytest",
+    "error",
+    "value",
+    "result",
+    "module",
+    "parse",
+    "token",
+    "line",
+    "file",
+]
+
+
+def output_text(rng: random.Random, lines: int = 60) -> str:
+    return "\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(lines))
+
+
+async def session(
+    http: aiohttp.ClientSession,
+    url: str,
+    index: int,
+    deadline: float,
+    latencies: list[float],
+    errors: list[str],
+    headers: dict[str, str],
+) -> None:
+    rng = random.Random(index)
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a coding agent. " * 50},
+        {"role": "user", "content": f"Task {index}: fix the failing test."},
+    ]
+    step = 0
+    while time.monotonic() < deadline:
+        body = orjson.dumps({"model": "gpt-4o", "messages": messages, "stream": True})
+        started = time.perf_counter()
+        try:
+            async with http.post(
+                url, data=body, headers={**headers, "x-session-id": f"load-{index}"}
+            ) as response:
+                if response.status != 200:
+                    errors.append(f"HTTP {response.status}")
+                async for _ in response.content.iter_any():
+                    pass
+            latencies.append(time.perf_counter() - started)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            errors.append(type(exc).__name__)
+        call_id = f"c{index}_{step}"
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "execute_bash",
+                            "arguments": orjson.dumps({"command": f"run {step}"}).decode(),
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": output_text(rng)},
+        ]
+        step += 1
+
+
+async def drive(
+    url: str, sessions: int, seconds: float, headers: dict[str, str]
+) -> tuple[list[float], list[str]]:
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=sessions)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        await asyncio.gather(
+            *(session(http, url, i, deadline, latencies, errors, headers) for i in range(sessions))
+        )
+    return latencies, errors
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def sample(pid: int, every: float, stop: asyncio.Event, rows: list[tuple[float, float, float]]) -> None:
+    start, ticks = time.monotonic(), tree_ticks(pid)
+    while not stop.is_set():
+        await asyncio.sleep(every)
+        now_ticks = tree_ticks(pid)
+        rows.append((time.monotonic() - start, (now_ticks - ticks) / CLK_TCK / every * 100, rss_mb(pid)))
+        ticks = now_ticks
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--direct-seconds", type=float, default=20.0)
+    parser.add_argument("--window", type=int, default=16_000, help="model window the proxy assumes")
+    parser.add_argument("--sample-every", type=float, default=5.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cpx-load-") as tmp:
+        procs = Processes(Path(tmp))
+        try:
+            up_port = free_port()
+            procs.start_upstream(up_port, chunks=8, chunk_interval_ms=0.0, delay_ms=0.0)
+            port, pid = procs.start_proxy(
+                up_port, {"policy": "improved", "context_windows": {"default": args.window}}
+            )
+            direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
+            proxied = f"http://127.0.0.1:{port}/v1/chat/completions"
+            d_lat, d_err = asyncio.run(drive(direct, args.sessions, args.direct_seconds, {}))
+
+            async def through_proxy() -> tuple[list[float], list[str], list[tuple[float, float, float]]]:
+                stop, rows = asyncio.Event(), []
+                sampler = asyncio.create_task(sample(pid, args.sample_every, stop, rows))
+                lat, err = await drive(
+                    proxied, args.sessions, args.seconds, {"authorization": "Bearer sk-load"}
+                )
+                stop.set()
+                await sampler
+                return lat, err, rows
+
+            p_lat, p_err, rows = asyncio.run(through_proxy())
+        finally:
+            procs.stop_all()
+    print(f"{args.sessions} concurrent streaming sessions, policy improved, window {args.window:,}\n")
+    print("| target | seconds | requests | errors | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, seconds, lat, err in (
+        ("direct", args.direct_seconds, d_lat, d_err),
+        ("proxy", args.seconds, p_lat, p_err),
+    ):
+        row = [
+            name,
+            f"{seconds:g}",
+            str(len(lat)),
+            str(len(err)),
+            f"{pct(lat, 0.5):.1f}",
+            f"{pct(lat, 0.99):.1f}",
+        ]
+        print("| " + " | ".join(row) + " |")
+    added_p50 = pct(p_lat, 0.5) - pct(d_lat, 0.5)
+    added_p99 = pct(p_lat, 0.99) - pct(d_lat, 0.99)
+    print(f"\nadded: p50 +{added_p50:.1f} ms, p99 +{added_p99:.1f} ms")
+    print("\n| t (s) | proxy CPU % | proxy RSS MB |\n|---:|---:|---:|")
+    for t, cpu, rss in rows:
+        print(f"| {t:.0f} | {cpu:.0f} | {rss:.0f} |")
+    if p_err:
+        print("\nerrors:", sorted(set(p_err)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
