@@ -143,15 +143,19 @@ def main() -> int:
     parser.add_argument("--direct-seconds", type=float, default=20.0)
     parser.add_argument("--window", type=int, default=16_000, help="model window the proxy assumes")
     parser.add_argument("--sample-every", type=float, default=5.0)
+    parser.add_argument("--config", default="{}", help="extra proxy settings as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cpx-load-") as tmp:
         procs = Processes(Path(tmp))
         try:
             up_port = free_port()
             procs.start_upstream(up_port, chunks=8, chunk_interval_ms=0.0, delay_ms=0.0)
-            port, pid = procs.start_proxy(
-                up_port, {"policy": "improved", "context_windows": {"default": args.window}}
-            )
+            extra = {
+                "policy": "improved",
+                "context_windows": {"default": args.window},
+                **orjson.loads(args.config),
+            }
+            port, pid = procs.start_proxy(up_port, extra)
             direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
             proxied = f"http://127.0.0.1:{port}/v1/chat/completions"
             d_lat, d_err = asyncio.run(drive(direct, args.sessions, args.direct_seconds, {}))
