@@ -40,7 +40,8 @@ def tenant_of(headers: Sequence[tuple[bytes, bytes]]) -> str:
 
 def explicit_session(tenant: str, session_id: str | bytes) -> str:
     """The proxy's id for a session the client named with ``X-Session-Id``."""
-    raw = session_id.encode("latin-1") if isinstance(session_id, str) else session_id
+    # The header's raw bytes; an id typed as text (the events API) is taken as UTF-8.
+    raw = session_id.encode("utf-8", "surrogatepass") if isinstance(session_id, str) else session_id
     return "s_" + _digest(tenant.encode(), b"explicit", raw)
 
 
