@@ -34,6 +34,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
+async def _no_send(message: dict[str, Any]) -> None:
+    raise RuntimeError("a LoopResult made outside ToolLoop.run has nowhere to send")
+
+
 @dataclass
 class LoopResult:
     rounds: int = 0
@@ -44,7 +48,7 @@ class LoopResult:
     # The run's own context: the loop serves concurrent requests, so none of it is shared.
     request_id: bytes = b""
     mark_done: Callable[[], None] = lambda: None
-    send: Send | None = None
+    send: Send = field(default=_no_send)
     url: str = ""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     tenant: str = ""
@@ -113,21 +117,15 @@ class ToolLoop:
             return await self._run_stream(body, result)
         return await self._run_json(body, result)
 
+    async def _open_round(self, body: dict[str, Any], result: LoopResult) -> httpx.Response:
+        payload = orjson.dumps(self._next_body(body, result.rounds))
+        return await self.upstream.open("POST", result.url, result.headers, payload)
+
     async def _run_json(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
-        send, url, headers, tenant, extra_headers = (
-            result.send,
-            result.url,
-            result.headers,
-            result.tenant,
-            result.extra_headers,
-        )
-        assert send is not None
         total: dict[str, int] = {}
         while True:
             started = time.perf_counter()
-            response = await self.upstream.open(
-                "POST", url, headers, orjson.dumps(self._next_body(body, result.rounds))
-            )
+            response = await self._open_round(body, result)
             try:
                 raw = await response.aread()
             finally:
@@ -143,7 +141,7 @@ class ToolLoop:
             choice: Any = data["choices"][0] if isinstance(data, dict) and data.get("choices") else None
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
-                await self._send(send, response, raw, extra_headers, result)
+                await self._send(response, raw, result)
                 return result
             _add_usage(total, data.get("usage"))
             result.usage_per_round.append(data.get("usage") or {})
@@ -156,7 +154,7 @@ class ToolLoop:
                     "messages": [
                         *body["messages"],
                         assistant,
-                        *await self._resolve(tenant, internal, result),
+                        *await self._resolve(result.tenant, internal, result),
                     ],
                 }
                 continue
@@ -167,7 +165,7 @@ class ToolLoop:
                     choice["finish_reason"] = "stop"
             if total:
                 data["usage"] = {**(data.get("usage") or {}), **total}
-            await self._send(send, response, orjson.dumps(data), extra_headers, result)
+            await self._send(response, orjson.dumps(data), result)
             return result
 
     @staticmethod
@@ -181,50 +179,37 @@ class ToolLoop:
             headers.append((b"x-request-id", result.request_id))
         return headers
 
-    async def _send(
-        self,
-        send: Send,
-        response: httpx.Response,
-        body: bytes,
-        extra_headers: list[tuple[bytes, bytes]],
-        result: LoopResult,
-    ) -> None:
+    async def _send(self, response: httpx.Response, body: bytes, result: LoopResult) -> None:
         headers = self._response_headers(response, result)
-        headers += [(b"content-length", str(len(body)).encode()), *extra_headers]
+        headers += [(b"content-length", str(len(body)).encode()), *result.extra_headers]
         headers.append((b"x-compaction-read-rounds", str(result.rounds).encode()))
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await result.send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         result.mark_done()
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await result.send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _run_stream(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
-        send, url, headers, tenant, extra_headers = (
-            result.send,
-            result.url,
-            result.headers,
-            result.tenant,
-            result.extra_headers,
-        )
-        assert send is not None
         total: dict[str, int] = {}
         started_response = False
         while True:
             started = time.perf_counter()
-            response = await self.upstream.open(
-                "POST", url, headers, orjson.dumps(self._next_body(body, result.rounds))
-            )
+            response = await self._open_round(body, result)
             result.status = response.status_code
             try:
                 if response.status_code != 200 and not started_response:
                     raw = await response.aread()
-                    await self._send(send, response, raw, extra_headers, result)
+                    await self._send(response, raw, result)
                     return result
                 if not started_response:
                     out = self._response_headers(response, result)
-                    await send(
-                        {"type": "http.response.start", "status": 200, "headers": [*out, *extra_headers]}
+                    await result.send(
+                        {
+                            "type": "http.response.start",
+                            "status": 200,
+                            "headers": [*out, *result.extra_headers],
+                        }
                     )
                     started_response = True
-                stream = _HeldStream(send, result.mark_done)
+                stream = _HeldStream(result.send, result.mark_done)
                 buffer = b""
                 async for chunk in response.stream:  # type: ignore[union-attr]
                     buffer += chunk
@@ -247,7 +232,7 @@ class ToolLoop:
                     "messages": [
                         *body["messages"],
                         assistant,
-                        *await self._resolve(tenant, internal, result),
+                        *await self._resolve(result.tenant, internal, result),
                     ],
                 }
                 continue
