@@ -103,10 +103,10 @@ def _parse_since(value: str | None) -> float:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from proxy.store import SQLiteStore
+    from proxy.app import make_store
 
     settings = _load(args)
-    store = SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
+    store = make_store(settings)
     since = _parse_since(args.since)
     seen: set[str] = set()
 

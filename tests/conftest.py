@@ -146,14 +146,34 @@ class ProxyProcess:
         return self.log_path.read_text().splitlines()
 
 
+# CPX_TEST_STORE=redis runs the end-to-end suite with every proxy on a shared Redis store.
+REDIS_SUITE = os.environ.get("CPX_TEST_STORE") == "redis"
+
+
+def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if not REDIS_SUITE:
+        return {}
+    return {"store": {"backend": "redis", "redis_url": request.getfixturevalue("redis_url")}}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_redis(request: pytest.FixtureRequest) -> None:
+    """In the Redis suite, every test starts from an empty Redis."""
+    if REDIS_SUITE and "start_proxy" in request.fixturenames:
+        import redis
+
+        redis.Redis.from_url(request.getfixturevalue("redis_url")).flushall()
+
+
 @pytest.fixture
-def start_proxy(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Any]:
+def start_proxy(tmp_path: Path, upstream: FakeUpstream, request: pytest.FixtureRequest) -> Iterator[Any]:
     started: list[ProxyProcess] = []
+    base = store_config(request)
 
     def start(
         config: dict[str, Any] | None = None, env: dict[str, str] | None = None, state_dir: Path | None = None
     ) -> ProxyProcess:
-        merged: dict[str, Any] = {"upstream": {"base_url": upstream.base_url}}
+        merged: dict[str, Any] = {"upstream": {"base_url": upstream.base_url}, **base}
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}
@@ -172,11 +192,12 @@ def start_proxy(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def shared_proxy(
-    tmp_path_factory: pytest.TempPathFactory, upstream_server: FakeUpstream
+    tmp_path_factory: pytest.TempPathFactory, upstream_server: FakeUpstream, request: pytest.FixtureRequest
 ) -> Iterator[ProxyProcess]:
     """One proxy with the default settings for all tests that need nothing else."""
     proxy = ProxyProcess(
-        {"upstream": {"base_url": upstream_server.base_url}}, tmp_path_factory.mktemp("proxy")
+        {"upstream": {"base_url": upstream_server.base_url}, **store_config(request)},
+        tmp_path_factory.mktemp("proxy"),
     ).start()
     yield proxy
     proxy.stop()
