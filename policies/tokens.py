@@ -97,6 +97,9 @@ def load_encoding(name: str) -> tiktoken.Encoding:
             mergeable_ranks=spec["mergeable_ranks"],
             special_tokens=spec["special_tokens"],
         )
+        # The ranks now live in tiktoken's native tables; its Python copy (~27 MB for o200k)
+        # is kept only for pickling an Encoding, which nothing here does.
+        encoding._mergeable_ranks = {}
         _loaded[name] = encoding
         return encoding
 
@@ -189,9 +192,13 @@ class TokenCounter:
         self._role_counts: dict[str, dict[str, int]] = {}
 
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
-        """Load encodings now (about 0.3 s each) instead of on the first request."""
-        for name in encodings or {self.default_encoding, *(e for _, e in self._patterns)}:
+        """Load encodings now (about 0.3 s each) instead of on first use; by default the
+        default encoding only, since each one costs memory (o200k about 50 MB)."""
+        for name in encodings or (self.default_encoding,):
             self._encoding(name)
+
+    def is_loaded(self, encoding: str) -> bool:
+        return encoding in self._encodings
 
     def encoding_for(self, model: object) -> str:
         if not isinstance(model, str):

@@ -313,6 +313,10 @@ class ProxyHandler:
                     400, "'messages' is a required property and must be an array.", param="messages"
                 )
             exchange.stream = parsed.get("stream") is True
+            encoding = self.counter.encoding_for(parsed.get("model"))
+            if not self.counter.is_loaded(encoding):
+                # Another model family's encoding: loaded once, off the event loop.
+                await asyncio.to_thread(self.counter.warm_up, [encoding])
             tenant = tenant_of(headers_in)
             # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
             session = session_of(headers_in, parsed, tenant) + ":" + policy.name

@@ -379,3 +379,11 @@ async def test_concurrent_streams_do_not_mix(proxy: Any, upstream: FakeUpstream)
     results = await asyncio.gather(*(one(i) for i in range(20)))
     assert results == ["ok"] * 20
     await client.close()
+
+
+def test_other_model_family_loads_its_encoding_on_first_use(proxy: Any, upstream: FakeUpstream) -> None:
+    # gpt-4 counts with cl100k_base, which the proxy loads when first needed (off the event loop).
+    raw = sdk(proxy).chat.completions.with_raw_response.create(model="gpt-4-0613", messages=MESSAGES)
+    gpt4 = int(raw.headers["x-compaction-tokens-before"])
+    raw = sdk(proxy).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+    assert gpt4 > 10 and int(raw.headers["x-compaction-tokens-before"]) > 10
