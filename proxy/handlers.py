@@ -318,13 +318,15 @@ class ProxyHandler:
                 # Another model family's encoding: loaded once, off the event loop.
                 await asyncio.to_thread(self.counter.warm_up, [encoding])
             tenant = tenant_of(headers_in)
-            # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
-            session = session_of(headers_in, parsed, tenant) + ":" + policy.name
             # A body only the lenient parser reads (lone surrogates, huge integers, NaN) may not
             # survive re-encoding, storage or events: it is counted and passed through unchanged.
             effective = (
                 Policy(name=policy.name, description=policy.description, stages=()) if lenient else policy
             )
+            # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+            # A policy without stages keeps no session state: named only if its events are recorded.
+            named = bool(effective.stages) or self.settings.events.record_skipped
+            session = session_of(headers_in, parsed, tenant) + ":" + policy.name if named else ""
             outcome = await self._apply_policy(effective, headers_in, parsed, tenant, session)
             exchange.outcome, exchange.tenant, exchange.session = outcome, tenant, session
             exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
