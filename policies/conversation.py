@@ -84,21 +84,6 @@ class Conversation:
         starts = [step.start for step in self.steps if step.start >= self.prefix_end]
         return (*starts, len(self.messages))
 
-    def step_at(self, index: int) -> Step:
-        for step in self.steps:
-            if step.start <= index < step.end:
-                return step
-        raise IndexError(index)
-
-    @property
-    def turn_starts(self) -> tuple[int, ...]:
-        return tuple(s.start for s in self.steps if s.kind == "user")
-
-    @property
-    def open_final_exchange(self) -> bool:
-        """The request ends with calls still awaiting results (allowed only there)."""
-        return bool(self.steps) and self.steps[-1].kind == "exchange" and not self.steps[-1].answered
-
 
 def _is_observation(messages: Sequence[Message], index: int, text_actions: bool) -> bool:
     """A user message that reports what the previous text action produced."""
@@ -121,12 +106,18 @@ def _uses_text_actions(messages: Sequence[Message]) -> bool:
     return users_after_assistant >= 2
 
 
+def system_prefix_end(messages: Sequence[Message]) -> int:
+    """How many leading system/developer messages there are (without parsing the rest)."""
+    end = 0
+    while end < len(messages) and role(messages[end]) in ("system", "developer"):
+        end += 1
+    return end
+
+
 def parse(messages: Sequence[Message]) -> Conversation:
     problems: list[str] = []
     count = len(messages)
-    prefix_end = 0
-    while prefix_end < count and role(messages[prefix_end]) in ("system", "developer"):
-        prefix_end += 1
+    prefix_end = system_prefix_end(messages)
     text_actions = _uses_text_actions(messages)
     steps: list[Step] = [Step(0, prefix_end, "system")] if prefix_end else []
     index = prefix_end
@@ -176,9 +167,3 @@ def parse(messages: Sequence[Message]) -> Conversation:
         problems=tuple(problems),
         text_actions=text_actions,
     )
-
-
-def protocol_violations(messages: Sequence[Message]) -> list[str]:
-    """Tool results without their call, and calls without all their results, except the
-    in-flight exchange the request itself ends with."""
-    return list(parse(messages).problems)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from policies.conversation import Message, message_text, parse, role
+from policies.conversation import Message, message_text, parse, role, system_prefix_end
 from policies.digests import Digests
 from policies.ledger import Ledger
 from policies.summarizer import Summarizer
@@ -220,7 +220,7 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
             view.checkpoint = Checkpoint(requests=checkpoint.requests)
             return
     if checkpoint.guidance is not None:
-        prefix_end = parse(original).prefix_end
+        prefix_end = system_prefix_end(original)
         if not head:
             head, head_origin, start = list(original[:prefix_end]), list(range(prefix_end)), prefix_end
         insert_at = min(prefix_end, len(head))

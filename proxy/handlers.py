@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -348,7 +348,12 @@ class ProxyHandler:
                     headers_in, fallback_api_key=self._api_key
                 )
                 exchange.captured = bytearray()
-            if mode == "enforce" and outcome.messages is not None and names_a_handle(outcome.messages):
+            if (
+                mode == "enforce"
+                and outcome.messages is not None
+                and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
+                and names_a_handle(outcome.messages)
+            ):
                 await self._read_loop(send, url, headers_in, parsed, outcome, exchange, chat_headers, tenant)
                 return
         headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
@@ -466,7 +471,11 @@ class ProxyHandler:
                         checkpoint=checkpoint or Checkpoint(),
                     )
             self.sessions.save(session, outcome.checkpoint)
-            if outcome.checkpoint != checkpoint and outcome.mechanisms:
+            # The request counter changes on every request; only other changes are worth a write.
+            changed = (
+                checkpoint is None or replace(outcome.checkpoint, requests=checkpoint.requests) != checkpoint
+            )
+            if changed and outcome.mechanisms:
                 if self.sessions.shared:
                     # Another worker may serve this session's next request: write it now.
                     await self._save_checkpoint(tenant, session, outcome.checkpoint)
