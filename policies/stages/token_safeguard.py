@@ -10,13 +10,43 @@ honest answer then.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
 
-from policies.conversation import message_text, parse
-from policies.pipeline import Context, View
+from policies.conversation import Message, message_text, parse, role
+from policies.digests import content_handle
+from policies.pipeline import Context, Offload, View
 from policies.stages.common import SUMMARY_HEADER
+from policies.stages.offload import PLACEHOLDER_PREFIX
+from policies.stages.outputs import action_of, calls_by_id, describe
+
+EXCERPT_PREFIX = "[Output cut to fit the context window: handle="
+# A cut message keeps at least this many tokens of its text.
+MIN_EXCERPT_TOKENS = 256
+
+
+def excerpt(text: str, keep_chars: int) -> tuple[str, str, int]:
+    """(head, tail, omitted lines): about ``keep_chars`` characters, two thirds from the start,
+    cut at line ends where the lines allow it."""
+    head_chars, tail_chars = keep_chars * 2 // 3, keep_chars // 3
+    head = text[:head_chars]
+    if "\n" in head[head_chars // 2 :]:
+        head = head[: head.rindex("\n")]
+    tail = text[len(text) - tail_chars :] if tail_chars else ""
+    if "\n" in tail[: len(tail) // 2]:
+        tail = tail[tail.index("\n") + 1 :]
+    omitted = text[len(head) : len(text) - len(tail)].count("\n")
+    return head, tail, omitted
+
+
+def excerpt_text(handle: str, description: str, head: str, tail: str, omitted: int) -> str:
+    return (
+        f"{EXCERPT_PREFIX}{handle}]\n{description}\n--- start ---\n{head}\n"
+        f"[... {omitted} lines omitted ...]\n{tail}\n--- end ---\n"
+        f"Read all of it with read_tool_output(handle={handle!r}, start_line, num_lines, pattern)."
+    )
 
 
 class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -55,8 +85,79 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             drop.update(range(step.start, step.end))
             total -= sum(counts[step.start : step.end])
         if drop:
-            view.replace_messages([m for i, m in enumerate(messages) if i not in drop], self.name)
+            view.replace_messages(
+                [m for i, m in enumerate(messages) if i not in drop],
+                self.name,
+                origin=[o for i, o in enumerate(view.origin) if i not in drop],
+            )
             # Trimming rewrites the view: reported as a compaction point of its own kind.
             view.trigger = view.trigger or "safeguard"
-        view.details["token_safeguard"] = {"dropped_messages": len(drop), "over_budget": total > budget}
+        cut = 0
+        if total > budget:
+            total, cut = self._cut_largest(view, ctx, total, budget)
+        view.details["token_safeguard"] = {
+            "dropped_messages": len(drop),
+            "cut_messages": cut,
+            "over_budget": total > budget,
+        }
         return view
+
+    def _cut_largest(self, view: View, ctx: Context, total: int, budget: int) -> tuple[int, int]:
+        """Cut the largest tool results and user messages to excerpts until the view fits."""
+        messages = list(view.messages)
+        counts = list(ctx.counter.count_messages(messages, ctx.encoding))
+        candidates = sorted(
+            (
+                i
+                for i, m in enumerate(messages)
+                if role(m) in ("tool", "user")
+                and counts[i] > 2 * MIN_EXCERPT_TOKENS
+                and not message_text(m).startswith((SUMMARY_HEADER, PLACEHOLDER_PREFIX))
+            ),
+            key=lambda i: -counts[i],
+        )
+        calls = calls_by_id(messages)
+        placeholders = dict(view.checkpoint.placeholders)
+        cut = 0
+        for index in candidates:
+            if total <= budget:
+                break
+            message: Message = messages[index]
+            source = view.origin[index] if index < len(view.origin) else -1
+            text = message_text(message)
+            if text.startswith(EXCERPT_PREFIX):
+                if source < 0:
+                    continue
+                # An earlier excerpt, cut again shorter: from the client's full text.
+                text = message_text(view.original[source])
+            goal = max(MIN_EXCERPT_TOKENS, counts[index] - (total - budget))
+            keep_chars = max(200, len(text) * goal // max(1, counts[index]))
+            handle = content_handle(text)
+            name, target = action_of(messages, index, calls) if role(message) == "tool" else ("user", "")
+            description = describe(name or "output", target, text)
+            # Tokens per character vary along a text: shrink until the excerpt meets its goal.
+            for _ in range(6):
+                head, tail, omitted = excerpt(text, keep_chars)
+                replacement = {**message, "content": excerpt_text(handle, description, head, tail, omitted)}
+                new_count = ctx.counter.count_message(replacement, ctx.encoding)
+                if new_count <= goal or keep_chars <= 200:
+                    break
+                keep_chars = max(200, keep_chars * goal // new_count - 100)
+            view.offloads[handle] = Offload(handle=handle, content=text, description=description)
+            if source >= 0:
+                placeholders[ctx.digests.at(source, view.original[source])] = replacement
+            messages[index] = replacement
+            total -= counts[index] - new_count
+            counts[index] = new_count
+            cut += 1
+        if cut:
+            view.replace_messages(messages, self.name, origin=list(view.origin))
+            view.checkpoint = replace(
+                view.checkpoint,
+                placeholders=placeholders,
+                handles=tuple(dict.fromkeys((*view.checkpoint.handles, *view.offloads))),
+            )
+            # Reported as a safeguard point, but not counted as a compaction cycle: with a tiny
+            # window every new large output is cut, and that is not thrash.
+            view.trigger = view.trigger or "safeguard"
+        return total, cut

@@ -96,6 +96,35 @@ def test_n_latest_token_safeguard_trims_complete_exchanges() -> None:
     assert parse(view_of(outcome, history)).problems == ()
 
 
+def numbered_lines(n: int) -> str:
+    return "\n".join(f"line {i}: " + words(12, f"x{i}") for i in range(n))
+
+
+def test_safeguard_cuts_an_output_larger_than_the_window_to_an_excerpt_with_a_handle() -> None:
+    big = numbered_lines(600)  # ~24k tokens, in the final step: nothing older to drop
+    history = [SYSTEM, TASK, *step("c0", "find / -name '*.py'", big)]
+    for name, stages in [("n_latest", [{"n_latest": {"n": 10}}]), ("trigger", [{"trigger": {}}])]:
+        policy = build_policy(name, "", stages, safeguard=True)
+        outcome = apply(policy, history, 8_192)
+        view = view_of(outcome, history)
+        assert outcome.tokens_before > 8_192
+        assert outcome.tokens_after <= 8_192 - 1024
+        assert outcome.details["token_safeguard"]["over_budget"] is False
+        text = message_text(view[-1])
+        assert text.startswith("[Output cut to fit the context window: handle=out_")
+        # First and last lines are kept; the whole output is saved under the named handle.
+        assert "line 0:" in text and "line 599:" in text and "line 300:" not in text
+        (offload,) = outcome.offloads.values()
+        assert offload.content == big and offload.handle in text
+        assert parse(view).problems == ()
+    # Sticky: the next request carries the same excerpt (the prompt prefix stays stable).
+    policy = build_policy("improved_like", "", [{"trigger": {"high": 0.8}}], safeguard=True)
+    first = apply(policy, history, 8_192)
+    history2 = [*history, *step("c1", "ls", "short")]
+    second = apply(policy, history2, 8_192, checkpoint=first.checkpoint)
+    assert view_of(second, history2)[: len(history)] == view_of(first, history)
+
+
 # --- sre: micro_compact and auto_compact --------------------------------------------------
 
 
