@@ -1,4 +1,4 @@
-"""``compaction-proxy``: serve the proxy, or check a configuration."""
+"""``compaction-proxy``: serve the proxy, check a configuration, read events, replay recorded runs."""
 
 from __future__ import annotations
 
@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
     events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
     events.set_defaults(run=_events)
+    # The replay harness's commands; imported lazily so `serve` never loads them.
+    from replay.cli import add_replay_commands, run_command
+
+    add_replay_commands(commands)
+    commands.choices["replay"].set_defaults(run=run_command)
     return parser
 
 

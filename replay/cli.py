@@ -1,0 +1,246 @@
+"""``compaction-proxy replay ...``: download, run, rescore, report, demo.
+
+Exit codes of ``run``/``demo``: 0 all good; 1 protocol violations or failed requests;
+3 a gated arm failed the release gate; 2 bad arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from replay.answers import exact_check, judge_answer
+from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
+from replay.download import add_download_arguments, run_download_command
+from replay.gate import evaluate_gate
+from replay.report import console_table, report_html, summary_markdown
+from replay.results import accuracy_of, build_results, write_json
+
+DEMO_WINDOW = 16_000
+
+
+def add_replay_commands(subparsers: Any) -> None:
+    replay = subparsers.add_parser("replay", help="replay recorded trajectories through the proxy")
+    commands = replay.add_subparsers(dest="replay_command", required=True)
+
+    run = commands.add_parser("run", help="replay cases through every arm and report")
+    run.add_argument("--input", required=True, type=Path, help="trajectories as JSON lines (row shape)")
+    run.add_argument("--out", required=True, type=Path, help="run directory (resumed if it exists)")
+    _run_options(run)
+
+    demo = commands.add_parser("demo", help="the bundled handful of trajectories through all arms, offline")
+    demo.add_argument("--out", type=Path, default=Path("replay-demo"), help="run directory")
+    _run_options(demo)
+
+    rescore = commands.add_parser("rescore", help="re-judge stored answers with a common judge")
+    rescore.add_argument(
+        "--run", dest="run_dir", required=True, type=Path, help="a run directory holding results.json"
+    )
+    rescore.add_argument("--judge-url", help="judge endpoint (OpenAI-compatible base URL)")
+    rescore.add_argument("--judge-model", help="judge model name")
+    rescore.add_argument("--judge-key-env", help="environment variable holding the judge's key")
+    rescore.add_argument("--replay-config", type=Path, help="take the judge from this replay config")
+
+    report = commands.add_parser("report", help="rewrite summary.md and report.html from results.json")
+    report.add_argument("--run", dest="run_dir", required=True, type=Path, help="a run directory")
+
+    download = commands.add_parser(
+        "download", help="download rows of the pinned dataset revision (resumable)"
+    )
+    add_download_arguments(download)
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arms", help="comma-separated policy names (default: the replay config's)")
+    parser.add_argument("--limit", type=int, help="use the first N usable cases")
+    parser.add_argument(
+        "--context-window", type=int, help="force this window (tokens) on every request (section 4.9)"
+    )
+    parser.add_argument("--proxy-url", help="use this running proxy instead of starting one")
+    parser.add_argument(
+        "--upstream-port",
+        type=int,
+        default=0,
+        help="port of the recorded upstream (with --proxy-url: where that proxy forwards)",
+    )
+    parser.add_argument("--config", type=Path, help="the proxy configuration whose policies are the arms")
+    parser.add_argument("--replay-config", type=Path, help="replay settings: models, gate (YAML)")
+    parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
+    parser.add_argument("--concurrency", type=int, help="cases replayed at once")
+    parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    command = args.replay_command
+    try:
+        if command in ("run", "demo"):
+            return _run(args, demo=command == "demo")
+        if command == "rescore":
+            return _rescore(args)
+        if command == "report":
+            return _report(args.run_dir)
+        if command == "download":
+            return _download(args)
+    except ReplayConfigError as error:
+        print(f"replay: {error}", file=sys.stderr)
+        return 2
+    raise AssertionError(command)
+
+
+def demo_input() -> Path:
+    return Path(str(resources.files("replay.data").joinpath("demo.jsonl")))
+
+
+def _run(args: argparse.Namespace, demo: bool) -> int:
+    import os
+
+    from replay.run import RunOptions, run_replay
+
+    overrides: dict[str, Any] = {
+        "arms": tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else None,
+        "context_window": args.context_window,
+        "mode": args.mode,
+        "concurrency": args.concurrency,
+    }
+    if demo and args.context_window is None:
+        overrides["context_window"] = DEMO_WINDOW
+    config = load_replay_config(args.replay_config, overrides)
+    admin_token = os.environ.get(args.admin_token_env) if args.admin_token_env else None
+    options = RunOptions(
+        input=demo_input() if demo else args.input,
+        out=args.out,
+        config=config,
+        proxy_config=args.config,
+        proxy_url=args.proxy_url,
+        limit=args.limit,
+        progress=not args.no_progress,
+        admin_token=admin_token,
+        upstream_port=args.upstream_port,
+    )
+    if not options.input.exists():
+        print(f"replay: no such input file: {options.input}", file=sys.stderr)
+        return 2
+    try:
+        raw = asyncio.run(run_replay(options))
+    except ValueError as error:
+        print(f"replay: {error}", file=sys.stderr)
+        return 2
+    specs = {name: _builtins(p) for name, p in raw["settings"].policies.items()}
+    results = build_results(
+        config,
+        raw["loaded"],
+        raw["parts"],
+        policy_specs=specs,
+        seconds=raw["seconds"],
+        input_path=options.input,
+        proxy=raw["proxy_url"],
+    )
+    if config.answer_model is not None:
+        asyncio.run(grade(results, config.judge_model))
+    return _finish(results, options.out, config)
+
+
+def _builtins(value: Any) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(value)
+
+
+def _finish(results: dict[str, Any], out: Path, config: ReplayConfig | None) -> int:
+    gate_config = config.gate if config is not None else None
+    if gate_config is not None:
+        results["gate"] = evaluate_gate(gate_config, results["arms"])
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    (out / "summary.md").write_text(summary_markdown(results))
+    (out / "report.html").write_text(report_html(results))
+    print(console_table(results))
+    print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'}, {out / 'report.html'}")
+    violations = {a: f["protocol_violations"] for a, f in results["arms"].items() if f["protocol_violations"]}
+    errors = {a: f["errors"] for a, f in results["arms"].items() if f["errors"]}
+    code = 0
+    if violations:
+        print(f"PROTOCOL VIOLATIONS: {violations}", file=sys.stderr)
+        code = 1
+    if errors:
+        print(f"FAILED REQUESTS: {errors} (see results.json and the proxy log)", file=sys.stderr)
+        code = 1
+    gate = results.get("gate")
+    if gate:
+        print(f"\nrelease gate: {'PASSED' if gate['passed'] else 'FAILED'}")
+        for arm, verdict in gate["verdicts"].items():
+            detail = "pass" if verdict["passed"] else "FAIL: " + "; ".join(verdict["failures"])
+            print(f"  {arm}: {detail}")
+        if not gate["passed"] and code == 0:
+            code = 3
+    return code
+
+
+async def grade(results: dict[str, Any], judge: ModelEndpoint | None) -> None:
+    """Exact checks on every stored answer, and the judge's verdict when a judge is set."""
+    semaphore = asyncio.Semaphore(4)
+    async with httpx.AsyncClient(trust_env=False) as http:
+
+        async def one(question: dict[str, Any], answer: dict[str, Any]) -> None:
+            answer["exact"] = exact_check(
+                question.get("exact_items") or question["evidence"], answer["answer"]
+            )
+            if judge is not None:
+                async with semaphore:
+                    answer["judge"] = await judge_answer(http, judge, question, answer["answer"])
+
+        await asyncio.gather(*(one(q, a) for q in results["questions"] for a in q.get("answers") or []))
+    for arm, figures in results["arms"].items():
+        entries = [q for q in results["questions"] if q["arm"] == arm]
+        labels = [arm, "full_repeat"] if arm == "full" else [arm]
+        accuracy = {label: acc for label in labels if (acc := accuracy_of(entries, label)) is not None}
+        if accuracy:
+            figures["accuracy"] = accuracy
+    results["run"]["judge_model"] = judge.model if judge is not None else None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    path = args.run_dir / "results.json"
+    results = orjson.loads(path.read_bytes())
+    judge: ModelEndpoint | None = None
+    config: ReplayConfig | None = None
+    if args.replay_config:
+        config = load_replay_config(args.replay_config)
+        judge = config.judge_model
+    if args.judge_url and args.judge_model:
+        judge = ModelEndpoint(base_url=args.judge_url, model=args.judge_model, api_key_env=args.judge_key_env)
+    if judge is None:
+        print(
+            "replay rescore: give --judge-url and --judge-model, or a replay config with judge_model",
+            file=sys.stderr,
+        )
+        return 2
+    if not any(q.get("answers") for q in results["questions"]):
+        print(
+            "replay rescore: this run holds no answers (it ran without an answering model)", file=sys.stderr
+        )
+        return 2
+    asyncio.run(grade(results, judge))
+    if config is None:
+        config = load_replay_config(None, dict(results["run"]["config"]))
+    return _finish(results, args.run_dir, config)
+
+
+def _report(run: Path) -> int:
+    results = orjson.loads((run / "results.json").read_bytes())
+    (run / "summary.md").write_text(summary_markdown(results))
+    (run / "report.html").write_text(report_html(results))
+    print(console_table(results))
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    return run_download_command(args)

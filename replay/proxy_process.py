@@ -1,0 +1,111 @@
+"""The proxy a replay starts for itself: ``compaction-proxy serve`` as a child process.
+
+Its configuration is the user's proxy configuration (the arms are its policies) with the
+upstream pointed at the recorded upstream, its state in the run directory, and, when the run
+forces one, a single context window for every model.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from proxy.settings import Settings, to_builtins
+from replay.config import ReplayConfig
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def replay_proxy_config(
+    settings: Settings, config: ReplayConfig, upstream_url: str, state_dir: Path
+) -> dict[str, Any]:
+    data = to_builtins(settings)
+    data["upstream"] = {**data["upstream"], "base_url": upstream_url, "api_key": None}
+    data["state_dir"] = str(state_dir)
+    data["server"] = {**data["server"], "admin_token": None, "workers": 1, "host": "127.0.0.1"}
+    data["store"] = {**data["store"], "path": None} if data["store"]["backend"] == "sqlite" else data["store"]
+    data["events"] = {**data["events"], "jsonl_path": None, "record_skipped": config.mode == "shadow"}
+    data["logging"] = {"level": "warning", "format": "json"}
+    if config.context_window is not None:
+        data["context_windows"] = {"default": config.context_window}
+    if config.summarizer_model is not None:
+        data["summarizer"] = {
+            **data["summarizer"],
+            "kind": "openai",
+            "base_url": config.summarizer_model.base_url,
+            "model": config.summarizer_model.model,
+            "api_key": None,
+            "timeout": config.summarizer_model.timeout,
+        }
+    else:
+        data["summarizer"] = {**data["summarizer"], "kind": "ledger"}
+    return data
+
+
+class ReplayProxy:
+    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "proxy-config.yml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.log_path = workdir / "proxy.log"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
+        self.env.update(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "proxy.cli",
+                    "serve",
+                    "--config",
+                    str(self.config_path),
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the proxy exited with {self.process.returncode}: see {self.log_path}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the proxy did not become ready: see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)

@@ -1,0 +1,360 @@
+"""``summary.md`` (the table a reader wants first) and a self-contained ``report.html``.
+
+The HTML has no scripts and no external resources: charts are inline SVG, so the file can be
+attached to a pull request or an issue and opened anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from replay.results import survival_share
+
+KIND_LABELS = {
+    "files_changed": "files changed",
+    "first_edit": "first edit",
+    "command_output": "command output",
+    "error": "error",
+}
+COLORS = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
+STATE_COLORS = {"visible": "#2ca02c", "recoverable": "#1f77b4", "lost": "#d62728"}
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _survival_cell(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    if not total:
+        return "-"
+    visible, recoverable = counts.get("visible", 0), counts.get("recoverable", 0)
+    text = f"{visible + recoverable}/{total}"
+    return text + (f" ({recoverable} via handle)" if recoverable else "")
+
+
+def _kinds(results: dict[str, Any]) -> list[str]:
+    kinds: list[str] = list(results["run"]["config"]["kinds"])
+    present = {k for arm in results["arms"].values() for k in arm["survival"]}
+    return [k for k in kinds if k in present]
+
+
+def main_table(results: dict[str, Any]) -> list[list[str]]:
+    kinds = _kinds(results)
+    header = [
+        "arm",
+        "requests",
+        "tokens before (mean)",
+        "tokens after (mean / p95 / peak)",
+        "reduction",
+        "compactions",
+        "summaries",
+        "prefix stable",
+        *[f"{KIND_LABELS.get(k, k)} survived" for k in kinds],
+        "violations",
+    ]
+    rows = [header]
+    for name, arm in results["arms"].items():
+        rows.append(
+            [
+                name,
+                str(arm["requests"]),
+                f"{arm['tokens_before_mean']:,.0f}",
+                f"{arm['tokens_after_mean']:,.0f} / {arm['tokens_after_p95']:,}"
+                f" / {arm['tokens_after_peak']:,}",
+                f"{arm['reduction']:.1%}",
+                str(arm["compaction_events"]),
+                str(arm["summarizer_calls"]),
+                _share(arm["prefix_stability"]),
+                *[_survival_cell(arm["survival"].get(k, {})) for k in kinds],
+                str(arm["protocol_violations"]),
+            ]
+        )
+    return rows
+
+
+def accuracy_table(results: dict[str, Any]) -> list[list[str]]:
+    kinds = _kinds(results)
+    rows = [["arm", "source", "all", *[KIND_LABELS.get(k, k) for k in kinds]]]
+    for arm in results["arms"].values():
+        for label, accuracy in (arm.get("accuracy") or {}).items():
+            for source in ("exact", "judge"):
+                table = accuracy.get(source) or {}
+                if not table:
+                    continue
+
+                def cell(scope: str, table: dict[str, Any] = table) -> str:
+                    item = table.get(scope)
+                    if not item:
+                        return "-"
+                    spread = f" ({item['min']:.0%}-{item['max']:.0%})" if item["repeats"] > 1 else ""
+                    return f"{item['mean']:.0%}{spread}"
+
+                rows.append([label, source, cell("all"), *[cell(k) for k in kinds]])
+    return rows if len(rows) > 1 else []
+
+
+def _markdown(rows: Sequence[Sequence[str]]) -> str:
+    if not rows:
+        return ""
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join("---" for _ in rows[0]) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def summary_markdown(results: dict[str, Any]) -> str:
+    run = results["run"]
+    cases = results["cases"]
+    window = run["context_window"]
+    lines = [
+        "# Replay summary",
+        "",
+        f"{cases['used']} cases ({sum(cases['rejected'].values())} rejected), "
+        f"{sum(cases['questions'].values())} questions, mode {run['mode']}, "
+        f"context window {'forced to ' + format(window, ',') if window else 'as configured'}, "
+        f"summaries by {run['summarizer']}; {run['seconds']} s.",
+        "",
+        "Survived = the evidence of the question is in the arm's view at the question point, or in an "
+        "offloaded output whose handle the view names (via handle). Reduction = 1 - tokens after / "
+        "tokens before over all requests.",
+        "",
+        _markdown(main_table(results)),
+    ]
+    accuracy = accuracy_table(results)
+    if accuracy:
+        lines += [
+            "",
+            f"## Answer accuracy (answering model {run['answer_model']}, judge {run['judge_model']})",
+            "",
+            "Mean over repeats, range in brackets. `full_repeat` is the full arm answered again "
+            "(A/A'): their difference is the noise floor.",
+            "",
+            _markdown(accuracy),
+        ]
+    if cases["rejected"]:
+        lines += ["", "## Rejected cases", ""]
+        lines += [f"- {reason}: {count}" for reason, count in sorted(cases["rejected"].items())]
+    omitted = cases.get("questions_omitted") or {}
+    if omitted:
+        lines += ["", "## Questions omitted", ""]
+        for kind, reasons in sorted(omitted.items()):
+            lines += [f"- {kind}: " + ", ".join(f"{r} ({n})" for r, n in sorted(reasons.items()))]
+    gate = results.get("gate")
+    if gate:
+        lines += ["", f"## Release gate: {'PASSED' if gate['passed'] else 'FAILED'}", ""]
+        for arm, verdict in gate["verdicts"].items():
+            status = "pass" if verdict["passed"] else "FAIL: " + "; ".join(verdict["failures"])
+            lines.append(f"- {arm}: {status}")
+    return "\n".join(lines) + "\n"
+
+
+def console_table(results: dict[str, Any]) -> str:
+    rows = main_table(results)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+# --- charts ------------------------------------------------------------------------------
+
+
+def _line_chart(
+    series: dict[str, Sequence[float]],
+    title: str,
+    width: int = 760,
+    height: int = 300,
+    y_label: str = "tokens",
+) -> str:
+    left, right, top, bottom = 70, 170, 30, 40
+    longest = max((len(v) for v in series.values()), default=0)
+    peak = max((max(v) for v in series.values() if v), default=1) or 1
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / max(1, longest - 1))
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * v / peak
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+        f'<text x="{left}" y="18" font-size="14" font-weight="bold">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#888"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#888"/>',
+    ]
+    for fraction in (0, 0.5, 1):
+        value = peak * fraction
+        parts.append(
+            f'<text x="{left - 6}" y="{y(value) + 4:.1f}" font-size="10" text-anchor="end">'
+            f"{value:,.0f}</text>"
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2}" y="{height - 8}" font-size="11" text-anchor="middle">request</text>'
+    )
+    parts.append(
+        f'<text x="14" y="{top + plot_h / 2}" font-size="11" transform="rotate(-90 14 {top + plot_h / 2})" '
+        f'text-anchor="middle">{html.escape(y_label)}</text>'
+    )
+    for index, (name, values) in enumerate(series.items()):
+        color = "#000" if name == "original" else COLORS[index % len(COLORS)]
+        dash = ' stroke-dasharray="4 3"' if name == "original" else ""
+        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} points="{points}"/>')
+        legend_y = top + 14 * index
+        parts.append(
+            f'<line x1="{left + plot_w + 10}" y1="{legend_y}" x2="{left + plot_w + 28}" y2="{legend_y}" '
+            f'stroke="{color}" stroke-width="2"{dash}/>'
+            f'<text x="{left + plot_w + 32}" y="{legend_y + 4}" font-size="11">{html.escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _survival_bars(results: dict[str, Any]) -> str:
+    kinds = _kinds(results)
+    arms = list(results["arms"])
+    bar_h, gap, left, width = 14, 4, 140, 420
+    blocks = []
+    for kind in kinds:
+        height = 30 + len(arms) * (bar_h + gap)
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{height}" '
+            'role="img">',
+            f'<text x="0" y="16" font-size="13" font-weight="bold">'
+            f"{html.escape(KIND_LABELS.get(kind, kind))}</text>",
+        ]
+        for row, arm in enumerate(arms):
+            counts = results["arms"][arm]["survival"].get(kind, {})
+            total = sum(counts.values()) or 1
+            y = 26 + row * (bar_h + gap)
+            parts.append(
+                f'<text x="{left - 6}" y="{y + 11}" font-size="11" text-anchor="end">'
+                f"{html.escape(arm)}</text>"
+            )
+            offset = float(left)
+            for state in ("visible", "recoverable", "lost"):
+                share = counts.get(state, 0) / total
+                if share:
+                    parts.append(
+                        f'<rect x="{offset:.1f}" y="{y}" width="{width * share:.1f}" height="{bar_h}" '
+                        f'fill="{STATE_COLORS[state]}"><title>{state}: {counts.get(state, 0)}</title></rect>'
+                    )
+                offset += width * share
+        parts.append("</svg>")
+        blocks.append("".join(parts))
+    legend = " ".join(f'<span style="color:{c}">&#9632;</span> {s}' for s, c in STATE_COLORS.items())
+    return f"<p>{legend}</p>" + "".join(f"<div>{b}</div>" for b in blocks)
+
+
+def _scatter(results: dict[str, Any], width: int = 520, height: int = 340) -> str:
+    left, top, plot_w, plot_h = 60, 30, width - 180, height - 80
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+        f'<text x="{left}" y="18" font-size="14" font-weight="bold">Reduction vs evidence survival</text>',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>',
+        f'<text x="{left + plot_w / 2}" y="{top + plot_h + 30}" font-size="11" text-anchor="middle">'
+        "reduction (share of tokens removed)</text>",
+        f'<text x="16" y="{top + plot_h / 2}" font-size="11" transform="rotate(-90 16 {top + plot_h / 2})" '
+        'text-anchor="middle">evidence survived (all kinds)</text>',
+    ]
+    for tick in (0, 0.5, 1):
+        parts.append(
+            f'<text x="{left + plot_w * tick:.0f}" y="{top + plot_h + 14}" font-size="10" '
+            f'text-anchor="middle">{tick:.0%}</text>'
+            f'<text x="{left - 6}" y="{top + plot_h - plot_h * tick + 4:.0f}" font-size="10" '
+            f'text-anchor="end">{tick:.0%}</text>'
+        )
+    for index, (name, arm) in enumerate(results["arms"].items()):
+        share = survival_share(arm["survival_all"])
+        if share is None:
+            continue
+        cx, cy = left + plot_w * max(0.0, arm["reduction"]), top + plot_h - plot_h * share
+        color = COLORS[index % len(COLORS)]
+        parts.append(
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{color}"><title>{html.escape(name)}: '
+            f"{arm['reduction']:.1%} reduction, {share:.0%} survived</title></circle>"
+            f'<text x="{left + plot_w + 12}" y="{top + 12 + 14 * index}" font-size="11" fill="{color}">'
+            f"&#9679; {html.escape(name)}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _html_table(rows: Sequence[Sequence[str]]) -> str:
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def report_html(results: dict[str, Any]) -> str:
+    series = results.get("series") or {}
+    before = results.get("series_before") or {}
+    charts = []
+    if before:
+        case_id = max(before, key=lambda c: len(before[c]))
+        per_arm: dict[str, Sequence[float]] = {"original": before[case_id]}
+        per_arm.update({arm: values[case_id] for arm, values in series.items() if case_id in values})
+        charts.append(_line_chart(per_arm, f"Context tokens per request: {case_id} (the longest case)"))
+        longest = max(len(v) for v in before.values())
+        mean_series: dict[str, Sequence[float]] = {}
+        for name, table in [("original", before), *series.items()]:
+            means = []
+            for i in range(longest):
+                values = [v[i] for v in table.values() if len(v) > i]
+                means.append(sum(values) / len(values) if values else 0.0)
+            mean_series[name] = means
+        charts.append(_line_chart(mean_series, "Mean context tokens per request index, all cases"))
+    markdown_notes = html.escape(summary_markdown(results).split("\n\n", 2)[1])
+    sections = [
+        "<h1>Replay report</h1>",
+        f"<p>{markdown_notes}</p>",
+        _html_table(main_table(results)),
+        "<h2>Context tokens per request (the sawtooth)</h2>",
+        *[f"<div>{c}</div>" for c in charts],
+        "<h2>Evidence survival by question kind</h2>",
+        _survival_bars(results),
+        "<h2>Reduction vs survival</h2>",
+        _scatter(results),
+    ]
+    accuracy = accuracy_table(results)
+    if accuracy:
+        sections += ["<h2>Answer accuracy</h2>", _html_table(accuracy)]
+    lost = [q for q in results["questions"] if q.get("survival") == "lost"]
+    if lost:
+        rows = [["arm", "question", "missing evidence"]]
+        rows += [[q["arm"], q["question_id"], "; ".join(q.get("missing") or [])[:200]] for q in lost[:300]]
+        sections += [f"<h2>Lost evidence ({len(lost)} question-arm pairs)</h2>", _html_table(rows)]
+    gate = results.get("gate")
+    if gate:
+        rows = [["arm", "verdict", "failing figures"]]
+        rows += [
+            [arm, "pass" if v["passed"] else "FAIL", "; ".join(v["failures"])]
+            for arm, v in gate["verdicts"].items()
+        ]
+        sections += [f"<h2>Release gate: {'passed' if gate['passed'] else 'FAILED'}</h2>", _html_table(rows)]
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
+        "table{border-collapse:collapse;font-size:12px;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+        "td:first-child,th:first-child{text-align:left}"
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Replay report</title>"
+        f"<style>{style}</style></head><body>" + "".join(sections) + "</body></html>\n"
+    )

@@ -1,0 +1,302 @@
+"""``results.json``: the per-arm figures, the cases, and every question's outcome.
+
+Schema (version 1; every count is an integer):
+
+- ``schema_version``, ``run``: the replay config, the input file's SHA-256, the proxy policy
+  specs of the arms (and their hash), package versions, the git commit where known, the
+  context window, the mode, the summarizer (``ledger`` offline, else the model), seconds.
+- ``arms``: ``{NAME: {requests, protocol_violations, errors, tokens_before_mean,
+  tokens_after_mean, tokens_before_p95, tokens_after_p95, tokens_before_peak,
+  tokens_after_peak, reduction, compaction_events, summarizer_calls, summarizer_model_calls,
+  summarizer_input_tokens, summarizer_output_tokens, summarizer, prefix_stability,
+  survival: {KIND: {visible, recoverable, lost}}, survival_all, accuracy}}``.
+  ``reduction`` is 1 - sum(after) / sum(before) over all step requests. ``prefix_stability``
+  is the share of consecutive requests, with no compaction point between them, whose view
+  extends the previous view unchanged (what a provider's prompt cache needs; null when no
+  pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
+  range, for the deterministic check and the judge.
+- ``cases``: ``{used, rejected: {REASON: count}, rejected_rows, questions_omitted:
+  {KIND: {REASON: count}}}``.
+- ``questions``: one entry per question and arm: ``question_id, case_id, kind, arm, prompt,
+  reference, evidence, survival, missing, tokens_in_view`` and with model arms ``answers``
+  (answer, cost, ``exact`` check, ``judge`` verdict with its reasons).
+- ``series``: per arm and case, the tokens after each request (the sawtooth).
+- ``gate``: the declared thresholds and the verdict per gated arm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+from replay.config import ReplayConfig, config_builtins
+from replay.questions import Question
+from replay.run import CasePart, Loaded
+from replay.survival import SURVIVAL_STATES, merge_counts
+
+SCHEMA_VERSION = 1
+
+
+def _percentile(values: Sequence[int], share: float) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return round(sum(values) / len(values), 1) if values else 0.0
+
+
+def _git_commit() -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def accuracy_of(entries: Iterable[dict[str, Any]], label: str) -> dict[str, Any] | None:
+    """Mean and range over repeats of the share of correct answers, overall and per kind."""
+    per_repeat: dict[int, dict[str, list[bool]]] = {}
+    judged: dict[int, dict[str, list[bool]]] = {}
+    for entry in entries:
+        for answer in entry.get("answers") or []:
+            if answer.get("arm_label") != label:
+                continue
+            repeat = int(answer.get("repeat", 0))
+            exact = answer.get("exact") or {}
+            if "correct" in exact:
+                per_repeat.setdefault(repeat, {}).setdefault(entry["kind"], []).append(bool(exact["correct"]))
+            verdict = (answer.get("judge") or {}).get("correct")
+            if isinstance(verdict, bool):
+                judged.setdefault(repeat, {}).setdefault(entry["kind"], []).append(verdict)
+    if not per_repeat and not judged:
+        return None
+
+    def summarize(table: dict[int, dict[str, list[bool]]]) -> dict[str, Any]:
+        kinds = sorted({k for by_kind in table.values() for k in by_kind})
+        result: dict[str, Any] = {}
+        for scope in ["all", *kinds]:
+            shares = []
+            for by_kind in table.values():
+                values = [v for k, vs in by_kind.items() if scope in ("all", k) for v in vs]
+                if values:
+                    shares.append(sum(values) / len(values))
+            if shares:
+                result[scope] = {
+                    "mean": round(statistics.fmean(shares), 3),
+                    "min": round(min(shares), 3),
+                    "max": round(max(shares), 3),
+                    "repeats": len(shares),
+                }
+        return result
+
+    return {"exact": summarize(per_repeat), "judge": summarize(judged) if judged else None}
+
+
+def arm_figures(arm: str, parts: Sequence[CasePart], questions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    before = [t for p in parts for t in p.tokens_before]
+    after = [t for p in parts for t in p.tokens_after]
+    stable = [s for p in parts for s in p.stable if s is not None]
+    kinds = sorted({q["kind"] for q in questions})
+    survival = {
+        kind: merge_counts([{q["survival"]: 1} for q in questions if q["kind"] == kind and q.get("survival")])
+        for kind in kinds
+    }
+    summary_kinds = {k for p in parts for k in p.summary_kinds}
+    figures: dict[str, Any] = {
+        "requests": len(before),
+        "protocol_violations": sum(len(p.problems) for p in parts),
+        "errors": sum(len(p.errors) for p in parts),
+        "tokens_before_mean": _mean(before),
+        "tokens_after_mean": _mean(after),
+        "tokens_before_p95": _percentile(before, 0.95),
+        "tokens_after_p95": _percentile(after, 0.95),
+        "tokens_before_peak": max(before, default=0),
+        "tokens_after_peak": max(after, default=0),
+        "reduction": round(1 - sum(after) / sum(before), 4) if sum(before) else 0.0,
+        "compaction_events": sum(p.compaction_events for p in parts),
+        "summarizer_calls": sum(p.summaries for p in parts),
+        "summarizer_model_calls": sum(p.summarizer_model_calls for p in parts),
+        "summarizer_input_tokens": sum(p.summarizer_input_tokens for p in parts),
+        "summarizer_output_tokens": sum(p.summarizer_output_tokens for p in parts),
+        "summarizer": (
+            "none"
+            if not summary_kinds
+            else "ledger (offline, model-free)"
+            if summary_kinds == {"ledger"}
+            else "model: " + ", ".join(sorted(summary_kinds - {"ledger"}))
+        ),
+        "prefix_stability": round(sum(stable) / len(stable), 4) if stable else None,
+        "survival": survival,
+        "survival_all": merge_counts(survival.values()),
+        "cases": len(parts),
+        "seconds": round(sum(p.seconds for p in parts), 1),
+    }
+    labels = [arm, "full_repeat"] if arm == "full" else [arm]
+    for label in labels:
+        accuracy = accuracy_of(questions, label)
+        if accuracy is not None:
+            figures.setdefault("accuracy", {})[label] = accuracy
+    retrieval = [a.get("retrieval_rounds", 0) for q in questions for a in q.get("answers") or []]
+    if retrieval:
+        figures["retrieval_rounds"] = int(sum(retrieval))
+        figures["answer_prompt_tokens"] = int(
+            sum(a.get("prompt_tokens", 0) for q in questions for a in q.get("answers") or [])
+        )
+    return figures
+
+
+def question_entries(
+    loaded: Loaded, parts: dict[tuple[str, str], CasePart], arms: Sequence[str]
+) -> list[dict[str, Any]]:
+    by_id: dict[str, Question] = {q.question_id: q for qs in loaded.questions.values() for q in qs}
+    entries = []
+    for arm in arms:
+        for case in loaded.cases:
+            part = parts.get((arm, case.case_id))
+            if part is None:
+                continue
+            for outcome in part.questions:
+                question = by_id.get(outcome["question_id"])
+                if question is None:
+                    continue
+                entries.append(
+                    {
+                        "question_id": question.question_id,
+                        "case_id": case.case_id,
+                        "kind": question.kind,
+                        "arm": arm,
+                        "prompt": question.prompt,
+                        "reference": question.reference,
+                        "evidence": list(question.evidence),
+                        "exact_items": list(question.exact_items),
+                        **{k: v for k, v in outcome.items() if k not in ("question_id", "kind")},
+                    }
+                )
+    return entries
+
+
+def build_results(
+    config: ReplayConfig,
+    loaded: Loaded,
+    parts: dict[tuple[str, str], CasePart],
+    *,
+    policy_specs: dict[str, Any],
+    seconds: float,
+    input_path: Path,
+    proxy: str,
+) -> dict[str, Any]:
+    questions = question_entries(loaded, parts, config.arms)
+    arms = {}
+    for arm in config.arms:
+        arm_parts = [parts[(arm, c.case_id)] for c in loaded.cases if (arm, c.case_id) in parts]
+        arms[arm] = arm_figures(arm, arm_parts, [q for q in questions if q["arm"] == arm])
+    rejected: dict[str, int] = {}
+    for item in loaded.rejected:
+        rejected[item.reason] = rejected.get(item.reason, 0) + 1
+    specs = {arm: policy_specs.get(arm) for arm in config.arms}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": {
+            "config": config_builtins(config),
+            "input": str(input_path),
+            "input_sha256": loaded.input_sha256,
+            "policies": specs,
+            "policies_sha256": hashlib.sha256(orjson.dumps(specs, option=orjson.OPT_SORT_KEYS)).hexdigest(),
+            "context_window": config.context_window,
+            "mode": config.mode,
+            "summarizer": (
+                "ledger (offline, model-free)"
+                if config.summarizer_model is None
+                else f"model {config.summarizer_model.model}"
+            ),
+            "answer_model": config.answer_model.model if config.answer_model else None,
+            "judge_model": config.judge_model.model if config.judge_model else None,
+            "proxy": proxy,
+            "versions": {
+                "compaction-proxy": _version("compaction-proxy"),
+                "python": platform.python_version(),
+                "tiktoken": _version("tiktoken"),
+                "git_commit": _git_commit(),
+            },
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(seconds, 1),
+        },
+        "arms": arms,
+        "cases": {
+            "used": len(loaded.cases),
+            "rejected": rejected,
+            "rejected_rows": [
+                {"row": r.row_number, "instance_id": r.instance_id, "reason": r.reason, "detail": r.detail}
+                for r in loaded.rejected
+            ],
+            "questions": {
+                kind: sum(1 for qs in loaded.questions.values() for q in qs if q.kind == kind)
+                for kind in config.kinds
+            },
+            "questions_omitted": loaded.omitted,
+        },
+        "questions": questions,
+        "series": {
+            arm: {
+                case.case_id: parts[(arm, case.case_id)].tokens_after
+                for case in loaded.cases
+                if (arm, case.case_id) in parts
+            }
+            for arm in config.arms
+        },
+        "series_before": {
+            case.case_id: next(
+                (
+                    parts[(arm, case.case_id)].tokens_before
+                    for arm in config.arms
+                    if (arm, case.case_id) in parts
+                ),
+                [],
+            )
+            for case in loaded.cases
+        },
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    temporary.replace(path)
+
+
+def survival_share(counts: dict[str, int]) -> float | None:
+    """Share of questions whose evidence is visible or recoverable."""
+    total = sum(counts.get(s, 0) for s in SURVIVAL_STATES)
+    return (counts.get("visible", 0) + counts.get("recoverable", 0)) / total if total else None
+
+
+def to_builtins(value: Any) -> Any:
+    return msgspec.to_builtins(value)

@@ -1,0 +1,187 @@
+"""The recorded upstream: the API the proxy forwards to during a replay.
+
+It answers each request with the recorded next assistant message, so a whole trajectory
+replays offline and never diverges from the recording, and it looks at what it received (the
+arm's view, in enforce mode): protocol problems, message digests for prefix stability, and
+at question points the whole view for the evidence check. Question requests of model arms
+are forwarded to the answering model instead.
+
+Requests are matched to what the harness expects by the ``X-Replay-Ticket`` header, which the
+proxy relays like any other client header (also on its own read_tool_output rounds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from aiohttp import web
+
+from policies.conversation import Message, parse
+from replay.config import ModelEndpoint
+
+TICKET_HEADER = "X-Replay-Ticket"
+
+
+def message_digest(message: Any) -> bytes:
+    return hashlib.blake2b(orjson.dumps(message), digest_size=12).digest()
+
+
+@dataclass(slots=True)
+class Received:
+    """One request as the upstream received it."""
+
+    messages: list[Message] | None  # kept only when the ticket asks for it
+    message_count: int
+    digests: tuple[bytes, ...]
+    problems: tuple[str, ...]
+    tool_names: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Ticket:
+    reply: Message | None = None  # the recorded answer; None: forward to `forward`
+    forward: ModelEndpoint | None = None
+    keep_messages: bool = False
+    received: list[Received] = field(default_factory=list)
+    # What the answering model consumed (forwarded requests): calls and tokens.
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_seconds: float = 0.0
+
+
+class RecordedUpstream:
+    def __init__(self) -> None:
+        self.tickets: dict[str, Ticket] = {}
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._http: httpx.AsyncClient | None = None
+        self.port = 0
+        self.unexpected = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def issue(self, ticket: Ticket) -> str:
+        name = f"t{next(self._ids)}"
+        self.tickets[name] = ticket
+        return name
+
+    def close_ticket(self, name: str) -> Ticket:
+        return self.tickets.pop(name)
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_route("*", "/{tail:.*}", self._other)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1]
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), trust_env=False)
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _other(self, request: web.Request) -> web.Response:
+        self.unexpected += 1
+        return web.json_response(
+            {"error": {"message": "not recorded", "type": "invalid_request_error"}}, status=404
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        name = request.headers.get(TICKET_HEADER, "")
+        ticket = self.tickets.get(name)
+        raw = await request.read()
+        if ticket is None:
+            self.unexpected += 1
+            return web.json_response(
+                {"error": {"message": f"unknown replay ticket {name!r}", "type": "invalid_request_error"}},
+                status=400,
+            )
+        body = orjson.loads(raw)
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        ticket.received.append(
+            Received(
+                messages=messages if ticket.keep_messages else None,
+                message_count=len(messages),
+                digests=tuple(message_digest(m) for m in messages),
+                problems=parse(messages).problems,
+                tool_names=tuple(
+                    str((t.get("function") or {}).get("name")) for t in tools if isinstance(t, dict)
+                ),
+            )
+        )
+        if ticket.reply is None and ticket.forward is not None:
+            return await self._forward(body, ticket, ticket.forward)
+        reply = dict(ticket.reply or {"role": "assistant", "content": ""})
+        reply["role"] = "assistant"
+        reply.setdefault("content", None)
+        answer = {
+            "id": f"chatcmpl-replay-{name}-{len(ticket.received)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": reply,
+                    "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+                }
+            ],
+        }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def _forward(self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint) -> web.Response:
+        assert self._http is not None
+        payload = {
+            **body,
+            "model": endpoint.model,
+            "temperature": endpoint.temperature,
+            "max_tokens": endpoint.max_tokens,
+            "stream": False,
+        }
+        payload.pop("stream_options", None)
+        started = time.perf_counter()
+        try:
+            response = await self._http.post(
+                endpoint.base_url.rstrip("/") + "/chat/completions",
+                content=orjson.dumps(payload),
+                headers={
+                    "content-type": "application/json",
+                    "authorization": f"Bearer {endpoint.api_key()}",
+                },
+                timeout=endpoint.timeout,
+            )
+        except httpx.HTTPError as error:
+            return web.json_response(
+                {"error": {"message": f"answering model unreachable: {error}", "type": "upstream_error"}},
+                status=502,
+            )
+        ticket.model_calls += 1
+        ticket.model_seconds += time.perf_counter() - started
+        try:
+            usage = response.json().get("usage") or {}
+            ticket.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            ticket.completion_tokens += int(usage.get("completion_tokens") or 0)
+        except (ValueError, AttributeError, TypeError):
+            pass
+        return web.Response(
+            body=response.content,
+            status=response.status_code,
+            content_type="application/json",
+        )
