@@ -14,6 +14,7 @@ rewrites messages: it indexes them, so unknown fields survive untouched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,9 +94,15 @@ def _is_observation(messages: Sequence[Message], index: int, text_actions: bool)
     return role(previous) == "assistant" and not tool_call_ids(previous)
 
 
+# How text-action agents write an action: a fenced command block (SWE-agent) or a
+# ``<function=...>`` block (SWE-agent with function-calling prompts, OpenHands' text mode).
+_TEXT_ACTION = re.compile(r"```|<function=")
+
+
 def _uses_text_actions(messages: Sequence[Message]) -> bool:
-    """Agents that write actions as text never send tool calls or tool results, and answer
-    their own actions with user messages (observations)."""
+    """Agents that write actions as text never send tool calls or tool results, write
+    actions in their messages, and answer their own actions with user messages
+    (observations). A plain multi-turn chat (no action blocks) is not such an agent."""
     if any(role(m) == "tool" or tool_call_ids(m) for m in messages):
         return False
     users_after_assistant = sum(
@@ -103,7 +110,9 @@ def _uses_text_actions(messages: Sequence[Message]) -> bool:
         for i in range(1, len(messages))
         if role(messages[i]) == "user" and role(messages[i - 1]) == "assistant"
     )
-    return users_after_assistant >= 2
+    return users_after_assistant >= 2 and any(
+        role(m) == "assistant" and _TEXT_ACTION.search(message_text(m)) for m in messages
+    )
 
 
 def system_prefix_end(messages: Sequence[Message]) -> int:

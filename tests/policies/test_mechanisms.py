@@ -389,3 +389,22 @@ def test_ledger_reads_text_actions() -> None:
     assert [c.command for c in ledger.commands] == ["pytest -x"]
     assert ledger.files[0].path == "/repo/a.py" and ledger.files[0].edits == 1
     assert any("2 failed, 10 passed" in t for t in ledger.test_summaries)
+
+
+def test_a_plain_multi_turn_chat_is_not_a_text_action_agent() -> None:
+    chat = [SYSTEM, TASK]
+    for i in range(4):
+        chat += [
+            {"role": "assistant", "content": f"answer {i}"},
+            {"role": "user", "content": f"question {i}"},
+        ]
+    conversation = parse(chat)
+    assert not conversation.text_actions
+    assert conversation.last_user == len(chat) - 1
+    agent = [*chat[:2]]
+    for i in range(3):
+        agent += [
+            {"role": "assistant", "content": f"Run it.\n```\npython t{i}.py\n```"},
+            {"role": "user", "content": "ok"},
+        ]
+    assert parse(agent).text_actions and parse(agent).last_user == 1
