@@ -24,6 +24,8 @@ from replay.report import console_table, report_html, summary_markdown
 from replay.results import accuracy_of, build_results, write_json
 
 DEMO_WINDOW = 16_000
+# The model demo's cases are ~2-5k tokens: a 3k window makes the compacting arm compact.
+MODEL_DEMO_WINDOW = 3_000
 
 
 def add_replay_commands(subparsers: Any) -> None:
@@ -75,6 +77,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
     parser.add_argument("--concurrency", type=int, help="cases replayed at once")
     parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")
+    parser.add_argument("--answer-url", help="answering model endpoint (OpenAI-compatible base URL)")
+    parser.add_argument("--answer-model", help="answering model name")
+    parser.add_argument("--answer-key-env", help="environment variable holding its key")
+    parser.add_argument("--judge-url", help="judge endpoint (default: the answering model's)")
+    parser.add_argument("--judge-model", help="judge model name (default: the answering model)")
+    parser.add_argument("--judge-key-env", help="environment variable holding the judge's key")
+    parser.add_argument("--repeats", type=int, help="answering runs per arm (model arms)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -95,8 +104,8 @@ def run_command(args: argparse.Namespace) -> int:
     raise AssertionError(command)
 
 
-def demo_input() -> Path:
-    return Path(str(resources.files("replay.data").joinpath("demo.jsonl")))
+def demo_input(name: str = "demo.jsonl") -> Path:
+    return Path(str(resources.files("replay.data").joinpath(name)))
 
 
 def _run(args: argparse.Namespace, demo: bool) -> int:
@@ -110,12 +119,28 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
         "mode": args.mode,
         "concurrency": args.concurrency,
     }
+    model_demo = demo and bool(args.answer_url)
+    if args.answer_url:
+        if not args.answer_model:
+            raise ReplayConfigError("--answer-url needs --answer-model")
+        answer = {"base_url": args.answer_url, "model": args.answer_model, "api_key_env": args.answer_key_env}
+        overrides["answer_model"] = answer
+        overrides["judge_model"] = {
+            "base_url": args.judge_url or args.answer_url,
+            "model": args.judge_model or args.answer_model,
+            "api_key_env": args.judge_key_env if args.judge_url else args.answer_key_env,
+        }
+    overrides["repeats"] = args.repeats
     if demo and args.context_window is None:
-        overrides["context_window"] = DEMO_WINDOW
+        overrides["context_window"] = MODEL_DEMO_WINDOW if model_demo else DEMO_WINDOW
+    if model_demo:
+        # A few questions, so that a small local model gets through them in minutes.
+        overrides["arms"] = overrides["arms"] or ("full", "improved")
+        overrides["repeats"] = args.repeats or 1
     config = load_replay_config(args.replay_config, overrides)
     admin_token = os.environ.get(args.admin_token_env) if args.admin_token_env else None
     options = RunOptions(
-        input=demo_input() if demo else args.input,
+        input=demo_input("model-demo.jsonl" if model_demo else "demo.jsonl") if demo else args.input,
         out=args.out,
         config=config,
         proxy_config=args.config,

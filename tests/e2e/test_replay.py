@@ -108,7 +108,6 @@ def test_a_second_run_resumes_from_saved_parts(
         "run", "--input", str(SAMPLE), "--out", str(out), "--arms", "full", "--context-window", "9000"
     )
     assert done.returncode == 0, done.stderr
-    assert (out / "parts" / "full").stat().st_mtime_ns or True
     assert any(p.stat().st_mtime_ns != before[p] for p in parts if p.parent.name == "full")
 
 

@@ -114,3 +114,23 @@ def test_replay_config_is_validated() -> None:
         load_replay_config(None, {"kinds": ("nonsense",)})
     with pytest.raises(ReplayConfigError):
         load_replay_config(None, {"arms": "full", "bogus": 1})
+
+
+def test_the_example_replay_config_is_valid_and_its_defaults_are_the_built_ins(tmp_path: Path) -> None:
+    from replay.config import ReplayConfig
+
+    example = Path(__file__).resolve().parents[2] / "replay.example.yml"
+    assert load_replay_config(example) == ReplayConfig()
+    # The commented examples are valid too.
+    uncommented = "\n".join(
+        line.replace("# ", "", 1)
+        if line.startswith(("# answer_model", "# judge_model", "# gate:", "#   "))
+        else line
+        for line in example.read_text().splitlines()
+        if not line.startswith(("answer_model: null", "judge_model: null", "gate: null"))
+    )
+    path = tmp_path / "example.yml"
+    path.write_text(uncommented)
+    config = load_replay_config(path)
+    assert config.gate is not None and config.gate.max_survival_drop["first_edit"] == 0.15
+    assert config.answer_model is not None and config.answer_model.api_key_env == "OPENAI_API_KEY"
