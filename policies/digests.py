@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from policies.conversation import Message
-from policies.tokens import text_key
+from policies.tokens import TokenCounter, text_key
 
 
 def _full_digest(message: Any) -> str:
@@ -25,7 +25,12 @@ def _full_digest(message: Any) -> str:
 class Digests:
     """Bounded two-generation memo of message digests."""
 
-    def __init__(self, max_chars: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, max_chars: int = 64 * 1024 * 1024, counter: TokenCounter | None = None) -> None:
+        """With ``counter`` (the one that counts the same requests first), the memo keeps the
+        counter's own text objects and starts a new generation whenever the counter's text
+        caches do: it then holds no text they have dropped, and no second copy of any."""
+        self._counter = counter
+        self._flips = counter.cache_flips if counter is not None else 0
         self._half = max(1, max_chars // 2)
         self._young: dict[tuple[object, ...], tuple[str, str]] = {}
         self._old: dict[tuple[object, ...], tuple[str, str]] = {}
@@ -43,8 +48,17 @@ class Digests:
             text_key(content),
         )
         entry = self._young.get(key) or self._old.get(key)
-        digest = entry[1] if entry is not None and entry[0] == content else _full_digest(message)
+        if entry is not None and entry[0] == content:
+            # Kept as the stored object, not this request's equal copy.
+            content, digest = entry
+        else:
+            digest = _full_digest(message)
+            if self._counter is not None:
+                content = self._counter.shared_text(content)
         if key not in self._young:
+            if self._counter is not None and self._counter.cache_flips != self._flips:
+                self._flips = self._counter.cache_flips
+                self._old, self._young, self._young_chars = self._young, {}, 0
             self._young[key] = (content, digest)
             self._young_chars += len(content)
             if self._young_chars > self._half:

@@ -124,6 +124,7 @@ class _TextCountCache:
         self._young: dict[object, tuple[str, int]] = {}
         self._old: dict[object, tuple[str, int]] = {}
         self._young_chars = 0
+        self.flips = 0
 
     def get(self, text: str) -> int | None:
         key = text_key(text)
@@ -134,8 +135,21 @@ class _TextCountCache:
                 entry = generation.get(text)
             if entry is not None and entry[0] == text:
                 if generation is self._old:
-                    self.put(text, entry[1])
+                    # Promoted as the stored object, not the asker's equal copy: a text the
+                    # digests memo also holds then stays one object in memory.
+                    self.put(entry[0], entry[1])
                 return entry[1]
+        return None
+
+    def stored(self, text: str) -> str | None:
+        """The cache's own object equal to ``text``, if it holds one."""
+        key = text_key(text)
+        for generation in (self._young, self._old):
+            entry = generation.get(key)
+            if entry is not None and entry[0] != text:
+                entry = generation.get(text)
+            if entry is not None and entry[0] == text:
+                return entry[0]
         return None
 
     def put(self, text: str, count: int) -> None:
@@ -149,6 +163,7 @@ class _TextCountCache:
             self._old = self._young
             self._young = {}
             self._young_chars = 0
+            self.flips += 1
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -220,6 +235,20 @@ class TokenCounter:
             self._encodings[name] = encoding
             self._caches[name] = _TextCountCache(self._cache_max_chars)
         return encoding
+
+    @property
+    def cache_flips(self) -> int:
+        """How many times a text cache has started a new generation (and dropped its oldest)."""
+        return sum(cache.flips for cache in self._caches.values())
+
+    def shared_text(self, text: str) -> str:
+        """``text`` as the object a count cache already holds, else ``text`` itself: another
+        memo of message texts (``Digests``) keeps that one, so a text is in memory once."""
+        for cache in self._caches.values():
+            found = cache.stored(text)
+            if found is not None:
+                return found
+        return text
 
     def count_text(self, text: str, encoding: str | None = None) -> int:
         name = encoding or self.default_encoding
