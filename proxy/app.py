@@ -20,6 +20,7 @@ from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.errors import error_body
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
+from proxy.memory import malloc_trim, trim_forever
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.sessions import MemorySessions, explicit_session, tenant_of
 from proxy.settings import Settings, load_settings, policy_specs
@@ -176,6 +177,9 @@ def create_app(
         await asyncio.to_thread(counter.warm_up)
         await store.expire(settings.store.keep_days * 86_400)  # also opens the store: fail before ready
         background.add(asyncio.create_task(expire_forever()))
+        trim = malloc_trim() if settings.server.malloc_trim_seconds > 0 else None
+        if trim is not None:
+            background.add(asyncio.create_task(trim_forever(trim, settings.server.malloc_trim_seconds)))
         state.ready.set()
         log.info(
             "started",

@@ -54,7 +54,11 @@ def build_event(
     outcome: PolicyOutcome,
     messages_before: int,
     reads: LoopResult | None,
+    messages_after: int | None = None,
+    offloaded_bytes: int | None = None,
 ) -> dict[str, Any]:
+    """``messages_after`` and ``offloaded_bytes`` default to what ``outcome`` holds; the proxy
+    passes them because it drops the view and the offloaded texts before the upstream wait."""
     details = outcome.details
     trigger: dict[str, Any] = details["trigger"] if isinstance(details.get("trigger"), dict) else {}
     summary = details.get("summary") if isinstance(details.get("summary"), dict) else None
@@ -80,9 +84,17 @@ def build_event(
         "tokens_before": outcome.tokens_before,
         "tokens_after": outcome.tokens_after,
         "messages_before": messages_before,
-        "messages_after": len(outcome.messages) if outcome.messages is not None else messages_before,
+        "messages_after": (
+            messages_after
+            if messages_after is not None
+            else (len(outcome.messages) if outcome.messages is not None else messages_before)
+        ),
         "handles_offloaded": sorted(outcome.offloads),
-        "offloaded_bytes": sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()),
+        "offloaded_bytes": (
+            offloaded_bytes
+            if offloaded_bytes is not None
+            else sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
+        ),
         "checkpoint_dropped": details.get("checkpoint_dropped"),
         "parent_range": None,
         "summary": None,

@@ -85,6 +85,8 @@ class Exchange:
     session: str = ""
     model: object = None
     messages_before: int = 0
+    messages_after: int = 0
+    offloaded_bytes: int = 0
     reads: LoopResult | None = None
     # Shadow comparison of this request: the compacted body, and the real answer's bytes.
     compare_body: dict[str, Any] | None = None
@@ -98,6 +100,36 @@ class Exchange:
 
     def mark_responded(self) -> None:
         self.responded = True
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A chat request as it goes upstream. Only this is kept while the upstream works (seconds
+    for a model): the client's bytes and their parsed copy are released before that wait."""
+
+    chat_headers: list[tuple[bytes, bytes]]
+    # The bytes to send: the client's own, or the re-encoded view.
+    content: bytes = b""
+    # The view names saved outputs: its body for the read_tool_output loop (resent each round).
+    loop_body: dict[str, Any] | None = None
+    tenant: str = ""
+
+    def take_content(self) -> bytes:
+        """The bytes to send, handed over: the sender drops them once they are sent."""
+        content, self.content = self.content, b""
+        return content
+
+
+def _kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
+    """The outcome as the compaction event needs it once the request is forwarded: without the
+    client's messages or the offloaded texts, and without the view unless this request is a
+    compaction point (whose event holds the view itself)."""
+    return replace(
+        outcome,
+        messages=outcome.messages if outcome.trigger else None,
+        original=(),
+        offloads={handle: replace(o, content="") for handle, o in outcome.offloads.items()},
+    )
 
 
 def _status_class(status: int) -> str:
@@ -171,7 +203,7 @@ class ProxyHandler:
         self.windows = ContextWindows(settings.context_windows)
         self.sessions = sessions or MemorySessions(settings.sessions.max_sessions)
         self.summarizer = summarizer
-        self.digests = Digests()
+        self.digests = Digests(counter=counter)
         self.store = store
         self.tool_loop = ToolLoop(
             upstream, store, max_rounds=settings.read_tool.max_rounds, max_lines=settings.read_tool.max_lines
@@ -224,7 +256,11 @@ class ProxyHandler:
                 raise ProxyError(400, "The request path is not allowed.", code="invalid_path")
             url = upstream_url(self._base_url, raw_path, scope.get("query_string", b""))
             if is_chat:
-                await self._chat(scope, send, body, url, exchange)
+                outgoing = await self._prepare_chat(scope, body, url, exchange)
+                # Not kept while the upstream works: with many requests in flight, their
+                # bodies would add up (the parsed copy is already gone with _prepare_chat).
+                del body
+                await self._forward_chat(scope, send, url, outgoing, exchange)
             else:
                 headers = upstream_request_headers(scope["headers"], fallback_api_key=self._api_key)
                 await self._relay(send, scope["method"], url, headers, body, exchange, chat_headers=None)
@@ -275,7 +311,8 @@ class ProxyHandler:
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _chat(self, scope: Scope, send: Send, body: bytes, url: str, exchange: Exchange) -> None:
+    async def _prepare_chat(self, scope: Scope, body: bytes, url: str, exchange: Exchange) -> Outgoing:
+        """Parse the request and apply its policy; what goes upstream, and nothing more."""
         headers_in = scope["headers"]
         requested_policy = header_value(headers_in, b"x-compaction-policy")
         policy_name = requested_policy.decode("latin-1") if requested_policy else self.settings.policy
@@ -302,7 +339,7 @@ class ProxyHandler:
             (b"x-compaction-policy", exchange.policy.encode()),
             (b"x-compaction-mode", mode.encode()),
         ]
-        content = body
+        outgoing = Outgoing(chat_headers, content=body)
         if mode != "off":
             parsed, lenient = _parse_json(body)
             if not isinstance(parsed, dict):
@@ -328,9 +365,13 @@ class ProxyHandler:
             named = bool(effective.stages) or self.settings.events.record_skipped
             session = session_of(headers_in, parsed, tenant) + ":" + policy.name if named else ""
             outcome = await self._apply_policy(effective, headers_in, parsed, tenant, session)
-            exchange.outcome, exchange.tenant, exchange.session = outcome, tenant, session
+            exchange.outcome, exchange.tenant, exchange.session = _kept_for_event(outcome), tenant, session
             exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
-            content = self._view_bytes(body, parsed, outcome, mode)
+            exchange.messages_after = len(outcome.messages) if outcome.messages is not None else len(messages)
+            if outcome.offloads:
+                exchange.offloaded_bytes = sum(
+                    len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()
+                )
             exchange.tokens_before = outcome.tokens_before
             exchange.tokens_after = outcome.tokens_after
             exchange.mechanisms = outcome.mechanisms
@@ -354,10 +395,28 @@ class ProxyHandler:
                 and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
                 and names_a_handle(outcome.messages)
             ):
-                await self._read_loop(send, url, headers_in, parsed, outcome, exchange, chat_headers, tenant)
-                return
-        headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
-        await self._relay(send, "POST", url, headers, content, exchange, chat_headers=chat_headers)
+                tools = parsed.get("tools")
+                outgoing.content = b""
+                outgoing.loop_body = {
+                    **parsed,
+                    "messages": outcome.messages,
+                    "tools": [*(tools if isinstance(tools, list) else []), self._read_schema],
+                }
+                outgoing.tenant = tenant
+                return outgoing
+            outgoing.content = self._view_bytes(body, parsed, outcome, mode)
+        return outgoing
+
+    async def _forward_chat(
+        self, scope: Scope, send: Send, url: str, outgoing: Outgoing, exchange: Exchange
+    ) -> None:
+        if outgoing.loop_body is not None:
+            await self._read_loop(send, url, scope["headers"], outgoing, exchange)
+            return
+        headers = upstream_request_headers(scope["headers"], fallback_api_key=self._api_key)
+        await self._relay(
+            send, "POST", url, headers, outgoing.take_content(), exchange, chat_headers=outgoing.chat_headers
+        )
 
     async def _ask_upstream(
         self, url: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any], tenant: str
@@ -394,28 +453,20 @@ class ProxyHandler:
         send: Send,
         url: str,
         headers_in: list[tuple[bytes, bytes]],
-        parsed: dict[str, Any],
-        outcome: PolicyOutcome,
+        outgoing: Outgoing,
         exchange: Exchange,
-        chat_headers: list[tuple[bytes, bytes]],
-        tenant: str,
     ) -> None:
         """The view names saved outputs: inject read_tool_output and answer it here."""
-        tools = parsed.get("tools")
-        body = {
-            **parsed,
-            "messages": outcome.messages,
-            "tools": [*(tools if isinstance(tools, list) else []), self._read_schema],
-        }
+        assert outgoing.loop_body is not None
         headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
-        extra = [*chat_headers, *exchange.extra_headers]
+        extra = [*outgoing.chat_headers, *exchange.extra_headers]
         try:
             result = await self.tool_loop.run(
                 send,
                 url,
                 headers,
-                body,
-                tenant,
+                outgoing.loop_body,
+                outgoing.tenant,
                 extra,
                 exchange.request_id,
                 mark_done=exchange.mark_responded,
@@ -533,6 +584,7 @@ class ProxyHandler:
             exchange.upstream_seconds = time.perf_counter() - sent_at
             exchange.error = failure_kind(exc)
             raise upstream_failure(exc) from None
+        del content  # sent: not kept while the answer streams
         try:
             out_headers = client_response_headers(response.headers.raw)
             if chat_headers is not None:
@@ -586,9 +638,7 @@ class ProxyHandler:
                 m.compactions.labels(exchange.policy, mechanism, outcome.trigger).inc()
         if outcome.offloads:
             m.offloaded.labels(exchange.policy).inc(len(outcome.offloads))
-            m.offloaded_bytes.labels(exchange.policy).inc(
-                sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
-            )
+            m.offloaded_bytes.labels(exchange.policy).inc(exchange.offloaded_bytes)
         summary = outcome.details.get("summary")
         if isinstance(summary, dict):
             result = (
@@ -611,6 +661,8 @@ class ProxyHandler:
             outcome=outcome,
             messages_before=exchange.messages_before,
             reads=exchange.reads,
+            messages_after=exchange.messages_after,
+            offloaded_bytes=exchange.offloaded_bytes,
         )
         if not (outcome.mechanisms or outcome.trigger):
             # A light record of a request the policy left alone.

@@ -50,6 +50,8 @@ class ServerSettings(_Section, frozen=True):
     # Worker processes. With more than one, metrics use prometheus-client's multiprocess mode
     # and session checkpoints are read from the store on every request (workers share it).
     workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    # Seconds between glibc malloc_trim calls that return freed heap pages to the OS (0: never).
+    malloc_trim_seconds: Annotated[float, msgspec.Meta(ge=0)] = 1.0
 
 
 class UpstreamSettings(_Section, frozen=True):

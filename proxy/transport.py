@@ -33,6 +33,7 @@ def _map_error(exc: BaseException, request: httpx.Request) -> httpx.TransportErr
 
 
 _ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_NO_BODY = httpx.ByteStream(b"")
 
 
 class _ResponseStream(httpx.AsyncByteStream):
@@ -99,6 +100,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
         except _ERRORS as exc:
             raise _map_error(exc, request) from exc
+        # The body is sent (aiohttp holds its own reference while it writes). The request stays
+        # with the response for error reports, as long as the answer streams: without its body
+        # (cheaper than a body-less copy, 7 us).
+        request.stream = _NO_BODY
+        request._content = b""
         return httpx.Response(
             status_code=response.status,
             headers=list(response.raw_headers),
