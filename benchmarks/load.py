@@ -4,9 +4,11 @@ Each session starts from a task and grows step by step as an agent's does (an as
 call and a ~1k-token tool output per request), streaming every answer; the model window is
 set small so sessions compact during the run. The same load first runs against the fake
 upstream directly for the latency baseline. Reports errors, p50/p99 latency (to the end of the
-stream) direct and through the proxy, and the proxy's CPU and RSS every few seconds.
+stream) direct and through the proxy, and the proxy's CPU and RSS every few seconds (with
+``--workers`` > 1: the total of the supervisor and its workers, and each worker's).
 
     .venv/bin/python benchmarks/load.py --sessions 200 --seconds 60
+    .venv/bin/python benchmarks/load.py --sessions 200 --seconds 60 --workers 2
 """
 
 from __future__ import annotations
@@ -114,18 +116,40 @@ async def drive(
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return 0.0
 
 
-async def sample(pid: int, every: float, stop: asyncio.Event, rows: list[tuple[float, float, float]]) -> None:
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (uvicorn's workers when it supervises several)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "stat").read_bytes()
+            except OSError:
+                continue
+            if int(raw[raw.rfind(b")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+Row = tuple[float, float, float, list[float]]
+
+
+async def sample(pid: int, every: float, workers: int, stop: asyncio.Event, rows: list[Row]) -> None:
     start, ticks = time.monotonic(), tree_ticks(pid)
     while not stop.is_set():
         await asyncio.sleep(every)
         now_ticks = tree_ticks(pid)
-        rows.append((time.monotonic() - start, (now_ticks - ticks) / CLK_TCK / every * 100, rss_mb(pid)))
+        per_worker = [rss_mb(child) for child in children(pid)] if workers > 1 else []
+        cpu = (now_ticks - ticks) / CLK_TCK / every * 100
+        rows.append((time.monotonic() - start, cpu, rss_mb(pid) + sum(per_worker), per_worker))
         ticks = now_ticks
 
 
@@ -143,6 +167,7 @@ def main() -> int:
     parser.add_argument("--direct-seconds", type=float, default=20.0)
     parser.add_argument("--window", type=int, default=16_000, help="model window the proxy assumes")
     parser.add_argument("--sample-every", type=float, default=5.0)
+    parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (server.workers)")
     parser.add_argument("--config", default="{}", help="extra proxy settings as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cpx-load-") as tmp:
@@ -153,6 +178,7 @@ def main() -> int:
             extra = {
                 "policy": "improved",
                 "context_windows": {"default": args.window},
+                "server": {"workers": args.workers},
                 **orjson.loads(args.config),
             }
             port, pid = procs.start_proxy(up_port, extra)
@@ -160,9 +186,9 @@ def main() -> int:
             proxied = f"http://127.0.0.1:{port}/v1/chat/completions"
             d_lat, d_err = asyncio.run(drive(direct, args.sessions, args.direct_seconds, {}))
 
-            async def through_proxy() -> tuple[list[float], list[str], list[tuple[float, float, float]]]:
+            async def through_proxy() -> tuple[list[float], list[str], list[Row]]:
                 stop, rows = asyncio.Event(), []
-                sampler = asyncio.create_task(sample(pid, args.sample_every, stop, rows))
+                sampler = asyncio.create_task(sample(pid, args.sample_every, args.workers, stop, rows))
                 lat, err = await drive(
                     proxied, args.sessions, args.seconds, {"authorization": "Bearer sk-load"}
                 )
@@ -173,7 +199,10 @@ def main() -> int:
             p_lat, p_err, rows = asyncio.run(through_proxy())
         finally:
             procs.stop_all()
-    print(f"{args.sessions} concurrent streaming sessions, policy improved, window {args.window:,}\n")
+    print(
+        f"{args.sessions} concurrent streaming sessions, policy improved, window {args.window:,}, "
+        f"{args.workers} worker(s)\n"
+    )
     print("| target | seconds | requests | errors | p50 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, seconds, lat, err in (
@@ -192,9 +221,10 @@ def main() -> int:
     added_p50 = pct(p_lat, 0.5) - pct(d_lat, 0.5)
     added_p99 = pct(p_lat, 0.99) - pct(d_lat, 0.99)
     print(f"\nadded: p50 +{added_p50:.1f} ms, p99 +{added_p99:.1f} ms")
-    print("\n| t (s) | proxy CPU % | proxy RSS MB |\n|---:|---:|---:|")
-    for t, cpu, rss in rows:
-        print(f"| {t:.0f} | {cpu:.0f} | {rss:.0f} |")
+    print("\n| t (s) | proxy CPU % | proxy RSS MB | per worker MB |\n|---:|---:|---:|---|")
+    for t, cpu, rss, per_worker in rows:
+        workers = " / ".join(f"{value:.0f}" for value in per_worker) or "-"
+        print(f"| {t:.0f} | {cpu:.0f} | {rss:.0f} | {workers} |")
     if p_err:
         print("\nerrors:", sorted(set(p_err)))
     return 0
