@@ -84,6 +84,8 @@ class SummarizerSettings(_Section, frozen=True):
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
     max_output_tokens: Annotated[int, msgspec.Meta(ge=64)] = 2000
+    # Largest summarizer input (prompt plus history), in tokens; null: no limit.
+    max_input_tokens: Annotated[int, msgspec.Meta(ge=1000)] | None = None
     breaker_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
     breaker_cooldown: Annotated[float, msgspec.Meta(ge=0)] = 300.0
 

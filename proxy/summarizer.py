@@ -68,7 +68,11 @@ class OpenAISummarizer:
         return SessionSummarizer(self, breaker, self.api_key or client_key)
 
     async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
-        prompt, messages = summary_messages(request)
+        limit = self.settings.max_input_tokens
+        # Input and output share the model's window; ~3 characters per token is conservative
+        # for code and logs.
+        max_chars = (limit - self.settings.max_output_tokens) * 3 if limit else None
+        prompt, messages = summary_messages(request, max_chars=max_chars)
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": messages,

@@ -59,13 +59,44 @@ def _render(message: Message) -> str:
     return f"### {label}\n{text}"
 
 
-def summary_messages(request: SummaryRequest) -> tuple[Prompt, list[Message]]:
-    """The chat messages that ask a model for the summary of ``request``."""
+def _fit(rendered: list[str], budget: int) -> list[str]:
+    """Rendered messages within ``budget`` characters: long ones shortened in the middle
+    first, then the oldest left out (the ledger keeps their exact facts)."""
+    cap = MAX_MESSAGE_CHARS
+    while sum(map(len, rendered)) > budget and cap > 500:
+        cap //= 2
+        rendered = [_clip(text, cap) for text in rendered]
+    kept: list[str] = []
+    used = 0
+    for text in reversed(rendered):
+        if used + len(text) > budget:
+            break
+        kept.append(text)
+        used += len(text)
+    omitted = len(rendered) - len(kept)
+    note = [f"[... {omitted} earlier messages omitted to fit the summarizer's input ...]"] if omitted else []
+    return note + kept[::-1]
+
+
+def _clip(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    half = cap // 2
+    return f"{text[:half]}\n[... {len(text) - cap} characters omitted ...]\n{text[-half:]}"
+
+
+def summary_messages(request: SummaryRequest, max_chars: int | None = None) -> tuple[Prompt, list[Message]]:
+    """The chat messages that ask a model for the summary of ``request``; with ``max_chars``
+    the whole input (prompt included) stays within that many characters."""
     prompt = load_prompt(request.prompt_family)
     parts = []
     if request.previous_summary:
         parts.append("## Previous summary\n" + request.previous_summary)
-    parts.append("## Conversation to summarize\n" + "\n\n".join(_render(m) for m in request.messages))
+    rendered = [_render(m) for m in request.messages]
+    if max_chars is not None:
+        budget = max_chars - len(prompt.text) - sum(map(len, parts)) - 200
+        rendered = _fit(rendered, max(1000, budget))
+    parts.append("## Conversation to summarize\n" + "\n\n".join(rendered))
     return prompt, [
         {"role": "system", "content": prompt.text},
         {"role": "user", "content": "\n\n".join(parts)},

@@ -169,3 +169,21 @@ def test_prompt_families_are_versioned_files() -> None:
     with pytest.raises(ValueError, match="unknown prompt family"):
         load_prompt("nope")
     asyncio.get_event_loop_policy()
+
+
+async def test_input_is_clipped_to_the_summarizer_models_window(upstream: FakeUpstream) -> None:
+    # A history far longer than a small summarizer model takes: long outputs are shortened,
+    # the oldest messages left out, the newest kept; the whole input stays within the limit.
+    history = [{"role": "user", "content": "Fix the parser."}]
+    for i in range(40):
+        history.append({"role": "assistant", "content": f"step {i}: run the tests"})
+        history.append({"role": "user", "content": f"output {i}\n" + "x = 1\n" * 3000})
+    big = SummaryRequest(previous_summary=None, messages=history, ledger=build_ledger(history))
+    upstream.queue(Reply(body=completion(GOOD, model="small-model")))
+    summarizer = make(upstream.base_url, max_input_tokens=6000, max_output_tokens=400)
+    await summarizer.for_session("s").summarize(big)
+    await summarizer.aclose()
+    content = "".join(m["content"] for m in upstream.requests[-1].json()["messages"])
+    assert len(content) <= (6000 - 400) * 3
+    assert "earlier messages omitted to fit the summarizer's input" in content
+    assert "output 39" in content and "output 0\n" not in content
