@@ -155,6 +155,15 @@ class View:
         if mechanism not in self.mechanisms:
             self.mechanisms.append(mechanism)
 
+    def remember_replacements(self, placeholders: Mapping[str, Message]) -> None:
+        """Make replaced messages sticky (later requests of the session carry the same ones)
+        and keep the handles of every output offloaded so far."""
+        self.checkpoint = replace(
+            self.checkpoint,
+            placeholders=dict(placeholders),
+            handles=tuple(dict.fromkeys((*self.checkpoint.handles, *self.offloads))),
+        )
+
     def replace_messages(
         self, messages: list[Message], mechanism: str, origin: list[int] | None = None
     ) -> None:

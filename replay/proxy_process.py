@@ -55,11 +55,20 @@ def replay_proxy_config(
     return data
 
 
-class ReplayProxy:
-    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> None:
+class ProxyProcess:
+    """``compaction-proxy serve`` as a child process on a free loopback port, with its config
+    and log in ``workdir``; stopped by its PID. (The end-to-end tests start theirs with it.)"""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        config_name: str = "proxy-config.yml",
+    ) -> None:
         self.port = free_port()
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = workdir / "proxy-config.yml"
+        self.config_path = workdir / config_name
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_path = workdir / "proxy.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
@@ -69,6 +78,10 @@ class ReplayProxy:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
 
     def start(self, timeout: float = 30.0) -> None:
         with self.log_path.open("ab") as log:
@@ -90,7 +103,9 @@ class ReplayProxy:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the proxy exited with {self.process.returncode}: see {self.log_path}")
+                raise RuntimeError(
+                    f"the proxy exited with {self.process.returncode}: {self.log_path.read_text()[-3000:]}"
+                )
             try:
                 if httpx.get(self.url + "/readyz", timeout=1, trust_env=False).status_code == 200:
                     return
@@ -98,7 +113,7 @@ class ReplayProxy:
                 pass
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"the proxy did not become ready: see {self.log_path}")
+        raise RuntimeError(f"the proxy did not become ready: {self.log_path.read_text()[-3000:]}")
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

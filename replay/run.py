@@ -31,7 +31,7 @@ from proxy.store import Store
 from replay.answers import AnswerRun, answer_question
 from replay.cases import Case, Rejected, build_case
 from replay.config import ReplayConfig, config_builtins
-from replay.proxy_process import ReplayProxy, replay_proxy_config
+from replay.proxy_process import ProxyProcess, replay_proxy_config
 from replay.questions import Question, build_questions
 from replay.rows import iter_rows
 from replay.survival import handles_in, survival, view_text
@@ -364,7 +364,7 @@ async def run_replay(
         )
     upstream = RecordedUpstream()
     await upstream.start(options.upstream_port)
-    proxy: ReplayProxy | None = None
+    proxy: ProxyProcess | None = None
     proxy_url = options.proxy_url
     env: dict[str, str] = {}
     if config.summarizer_model is not None:
@@ -372,7 +372,7 @@ async def run_replay(
     if proxy_url is None:
         state_dir = options.out / "proxy-state"
         derived = replay_proxy_config(settings, config, upstream.base_url, state_dir)
-        proxy = ReplayProxy(derived, options.out, env)
+        proxy = ProxyProcess(derived, options.out, env)
         await asyncio.to_thread(proxy.start)
         proxy_url = proxy.url
         store_settings = msgspec.convert(derived, Settings)

@@ -8,16 +8,14 @@ import ipaddress
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
+from replay.proxy_process import ProxyProcess as ChildProxy
 from tests.fake_upstream import FakeUpstream, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +70,9 @@ def upstream(upstream_server: FakeUpstream) -> FakeUpstream:
     return upstream_server
 
 
-class ProxyProcess:
-    """The real proxy (``compaction-proxy serve``) as a subprocess on a free loopback port."""
+class ProxyProcess(ChildProxy):
+    """The real proxy (``compaction-proxy serve``) as a subprocess on a free loopback port,
+    with its state in ``tmp/state`` unless given."""
 
     def __init__(
         self,
@@ -82,65 +81,14 @@ class ProxyProcess:
         env: dict[str, str] | None = None,
         state_dir: Path | None = None,
     ) -> None:
-        self.port = free_port()
-        self.config_path = tmp / "config.yml"
         self.state_dir = state_dir or tmp / "state"
         config = {**config, "state_dir": str(self.state_dir)}
         config.setdefault("logging", {"level": "info", "format": "json"})
-        self.config_path.write_text(yaml.safe_dump(config))
-        self.log_path = tmp / "proxy.log"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
-        self.env.update(env or {})
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return self.url + "/v1"
+        super().__init__(config, tmp, env, config_name="config.yml")
 
     def start(self, timeout: float = 20.0) -> ProxyProcess:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "proxy.cli",
-                "serve",
-                "--config",
-                str(self.config_path),
-                "--port",
-                str(self.port),
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"proxy exited with {self.process.returncode}: {self.log_path.read_text()}"
-                )
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"proxy did not become ready: {self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        super().start(timeout)
+        return self
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text().splitlines()

@@ -17,7 +17,6 @@ that names its handle.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
@@ -97,11 +96,7 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             offloaded += 1
         if offloaded:
             view.replace_messages(replaced, self.name, origin=list(view.origin))
-            view.checkpoint = replace(
-                view.checkpoint,
-                placeholders=placeholders,
-                handles=tuple(dict.fromkeys((*view.checkpoint.handles, *view.offloads))),
-            )
+            view.remember_replacements(placeholders)
             view.details["offload"] = {"outputs": offloaded, "handles": list(view.offloads)}
             view.decided = True
         return view

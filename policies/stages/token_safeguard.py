@@ -10,7 +10,6 @@ honest answer then.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
@@ -152,11 +151,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             cut += 1
         if cut:
             view.replace_messages(messages, self.name, origin=list(view.origin))
-            view.checkpoint = replace(
-                view.checkpoint,
-                placeholders=placeholders,
-                handles=tuple(dict.fromkeys((*view.checkpoint.handles, *view.offloads))),
-            )
+            view.remember_replacements(placeholders)
             # Reported as a safeguard point, but not counted as a compaction cycle: with a tiny
             # window every new large output is cut, and that is not thrash.
             view.trigger = view.trigger or "safeguard"
