@@ -278,3 +278,20 @@ def test_the_demo_replays_the_bundled_trajectories_through_every_arm(tmp_path: P
     assert results["run"]["context_window"] == 16_000
     assert all(arm["protocol_violations"] == 0 for arm in results["arms"].values())
     assert "improved_offload" in done.stdout
+
+
+def test_shadow_mode_measures_what_a_shadow_deployment_records(tmp_path: Path) -> None:
+    out = tmp_path / "shadow"
+    done = replay(
+        "run", "--input", str(SAMPLE), "--out", str(out), "--arms", "full,improved",
+        "--context-window", "8000", "--mode", "shadow", "--limit", "3",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = orjson.loads((out / "results.json").read_bytes())
+    improved = results["arms"]["improved"]
+    assert results["run"]["mode"] == "shadow"
+    # The upstream got the original history; the proxy's headers still report the view.
+    assert improved["reduction"] > 0.2 and improved["compaction_events"] > 0
+    # Views are only seen at question points (captured in enforce mode): no prefix figure.
+    assert improved["prefix_stability"] is None
+    assert sum(improved["survival_all"].values()) == sum(results["arms"]["full"]["survival_all"].values()) > 0
