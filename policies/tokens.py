@@ -126,7 +126,8 @@ class _TextCountCache:
         self._young_chars = 0
         self.flips = 0
 
-    def get(self, text: str) -> int | None:
+    def _find(self, text: str) -> tuple[bool, tuple[str, int]] | None:
+        """(found in the old generation, the entry) for ``text``."""
         key = text_key(text)
         for generation in (self._young, self._old):
             entry = generation.get(key)
@@ -134,22 +135,25 @@ class _TextCountCache:
                 # Same length and ends, other middle: such texts live under their full text.
                 entry = generation.get(text)
             if entry is not None and entry[0] == text:
-                if generation is self._old:
-                    # Promoted as the stored object, not the asker's equal copy: a text the
-                    # digests memo also holds then stays one object in memory.
-                    self.put(entry[0], entry[1])
-                return entry[1]
+                return generation is self._old, entry
         return None
+
+    def get(self, text: str) -> int | None:
+        found = self._find(text)
+        if found is None:
+            return None
+        old, entry = found
+        if old:
+            # Promoted as the stored object, not the asker's equal copy: a text the digests
+            # memo also holds then stays one object in memory.
+            self.put(entry[0], entry[1])
+        return entry[1]
 
     def stored(self, text: str) -> str | None:
         """The cache's own object equal to ``text``, if it holds one."""
-        key = text_key(text)
-        for generation in (self._young, self._old):
-            entry = generation.get(key)
-            if entry is not None and entry[0] != text:
-                entry = generation.get(text)
-            if entry is not None and entry[0] == text:
-                return entry[0]
+        found = self._find(text)
+        if found is not None:
+            return found[1][0]
         return None
 
     def put(self, text: str, count: int) -> None:

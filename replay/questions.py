@@ -65,15 +65,16 @@ class Question:
 # --- the history as text -------------------------------------------------------------------
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value (tool-call arguments), depth first."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from strings_in(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from strings_in(item)
 
 
 def history_texts(case: Case) -> list[tuple[int, str, str]]:
@@ -86,7 +87,7 @@ def history_texts(case: Case) -> list[tuple[int, str, str]]:
             texts.append((index, CONTENT, text))
         if tool_call_ids(message) or isinstance(message.get("tool_calls"), list):
             for _name, args in actions_of(message):
-                texts.extend((index, ARGUMENTS, value) for value in _strings(args) if value)
+                texts.extend((index, ARGUMENTS, value) for value in strings_in(args) if value)
     return texts
 
 

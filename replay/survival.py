@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 import orjson
 
 from policies.conversation import Message, message_text
+from replay.questions import strings_in
 
 SURVIVAL_STATES = ("visible", "recoverable", "lost")
 HANDLE_PATTERN = re.compile(r"\bhandle=['\"]?(out_[0-9a-f]{16})")
-
-
-def _argument_values(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _argument_values(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _argument_values(item)
-    elif value is not None:
-        yield str(value)
 
 
 def message_texts(message: Message) -> list[str]:
@@ -47,7 +34,7 @@ def message_texts(message: Message) -> list[str]:
                 parsed = orjson.loads(raw) if isinstance(raw, str) else raw
             except orjson.JSONDecodeError:
                 parsed = raw
-            texts.extend(_argument_values(parsed))
+            texts.extend(strings_in(parsed))
     return texts
 
 
