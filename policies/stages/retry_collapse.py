@@ -3,7 +3,8 @@
 A chain is two or more consecutive attempts at the same action (same tool and target)
 where every attempt but the last failed. Once the agent has moved on to something else the
 chain is settled: its failed attempts are dropped and the final result carries a note of
-what failed. A chain at the end of the history is still active and stays intact.
+what failed, naming the handles under which the failed outputs are saved (the model can read
+them back; nothing is lost). A chain at the end of the history is still active and stays intact.
 Decisions are made only at a compaction point and are sticky afterwards.
 """
 
@@ -15,8 +16,9 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import Step, message_text, parse
-from policies.pipeline import Context, View
-from policies.stages.outputs import action_of, calls_by_id, failed, output_indices
+from policies.digests import content_handle
+from policies.pipeline import Context, Offload, View
+from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
 
 
 class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -61,8 +63,14 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             chain = attempts[run_start:position]
             settled = position < len(attempts)
             if len(chain) >= self.min_attempts and settled and all(a[3] for a in chain[:-1]) and chain[0][2]:
-                for step, _, _, _ in chain[:-1]:
+                saved: list[str] = []
+                for step, output, action, _ in chain[:-1]:
                     drop.update(range(step.start, step.end))
+                    text = message_text(messages[output])
+                    if text and action is not None:
+                        handle = content_handle(text)
+                        view.offloads[handle] = Offload(handle, text, describe(action[0], action[1], text))
+                        saved.append(f"handle={handle}")
                 first_error = next(
                     (
                         line.strip()
@@ -73,7 +81,8 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 )
                 notes[chain[-1][1]] = (
                     f"[Retry note: {len(chain) - 1} earlier attempt(s) of this action failed and were "
-                    f"collapsed; first failure: {first_error[:200]}]\n"
+                    f"collapsed; first failure: {first_error[:200]}; their outputs are saved "
+                    f"({', '.join(saved)}): read them with read_tool_output]\n"
                 )
             run_start = position
         if not drop:
@@ -93,7 +102,8 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             kept.append(message)
             origin.append(view.origin[index])
         view.replace_messages(kept, self.name, origin=origin)
-        view.checkpoint = replace(view.checkpoint, placeholders=placeholders, dropped=frozenset(dropped))
+        view.checkpoint = replace(view.checkpoint, dropped=frozenset(dropped))
+        view.remember_replacements(placeholders)
         view.details["retry_collapse"] = {"chains": len(notes), "dropped_messages": len(drop)}
         view.decided = True
         return view

@@ -246,6 +246,12 @@ def test_figure_5_retry_collapse_offloading_and_step_aware_cut() -> None:
     assert "Retry note: 3 earlier attempt(s)" in seen
     assert "first failure: ERROR: file or directory not found 5" in seen
     assert "not found 6" not in seen and "not found 7" not in seen
+    # The collapsed attempts' outputs are saved, and the note names their handles.
+    collapsed = [
+        h for h, o in outcome.offloads.items() if "not found 6" in o.content or "not found 7" in o.content
+    ]
+    assert len(collapsed) == 2
+    assert all(f"handle={h}" in seen for h in collapsed)
     # The large S3 output was offloaded: its handle is in the summary, its content saved.
     (handle,) = [h for h, o in outcome.offloads.items() if "1 failed, 49 passed" in o.content]
     assert f"handle={handle}" in view[3]["content"]
