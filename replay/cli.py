@@ -158,25 +158,21 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
     except ValueError as error:
         print(f"replay: {error}", file=sys.stderr)
         return 2
-    specs = {name: _builtins(p) for name, p in raw["settings"].policies.items()}
     results = build_results(
         config,
         raw["loaded"],
         raw["parts"],
-        policy_specs=specs,
+        policy_specs=raw["policy_specs"],
         seconds=raw["seconds"],
         input_path=options.input,
         proxy=raw["proxy_url"],
     )
+    # Requests the recorded upstream could not match to a replay step (a proxy rewriting
+    # what it should relay would show here).
+    results["run"]["unexpected_upstream_requests"] = raw["unexpected_upstream_requests"]
     if config.answer_model is not None:
         asyncio.run(grade(results, config.judge_model))
     return _finish(results, options.out, config)
-
-
-def _builtins(value: Any) -> Any:
-    import msgspec
-
-    return msgspec.to_builtins(value)
 
 
 def _finish(results: dict[str, Any], out: Path, config: ReplayConfig | None) -> int:

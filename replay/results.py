@@ -36,7 +36,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 
 from replay.config import ReplayConfig, config_builtins
@@ -296,7 +295,3 @@ def survival_share(counts: dict[str, int]) -> float | None:
     """Share of questions whose evidence is visible or recoverable."""
     total = sum(counts.get(s, 0) for s in SURVIVAL_STATES)
     return (counts.get("visible", 0) + counts.get("recoverable", 0)) / total if total else None
-
-
-def to_builtins(value: Any) -> Any:
-    return msgspec.to_builtins(value)

@@ -142,16 +142,14 @@ class Replayer:
         self,
         options: RunOptions,
         loaded: Loaded,
-        settings: Settings,
         proxy_url: str,
         upstream: RecordedUpstream,
         store: Store,
-        on_progress: Callable[[int], None] = lambda n: None,
+        on_progress: Callable[[], None] = lambda: None,
     ) -> None:
         self.options = options
         self.config = options.config
         self.loaded = loaded
-        self.settings = settings
         self.proxy_url = proxy_url.rstrip("/")
         self.upstream = upstream
         self.store = store
@@ -228,7 +226,7 @@ class Replayer:
                 previous = received.digests
             else:
                 part.stable.append(None)
-            self.on_progress(0)
+            self.on_progress()
         await self.record_events(part, session)
         await self.ask_questions(arm, case, session, part)
         part.seconds = round(time.perf_counter() - started, 3)
@@ -338,13 +336,10 @@ def proxy_settings(options: RunOptions) -> Settings:
     return load_settings(options.proxy_config, env={})
 
 
-async def run_replay(
-    options: RunOptions, on_event: Callable[[str, Any], None] | None = None
-) -> dict[str, Any]:
+async def run_replay(options: RunOptions) -> dict[str, Any]:
     """Replay every case through every arm; returns the raw parts (see ``replay.results``)."""
     from replay.progress import Progress
 
-    notify = on_event or (lambda kind, value: None)
     config = options.config
     settings = proxy_settings(options)
     unknown = [arm for arm in config.arms if arm not in settings.policies]
@@ -354,7 +349,6 @@ async def run_replay(
             f"(defined: {', '.join(settings.policies)})"
         )
     loaded = load_cases(options.input, options.limit, config.kinds)
-    notify("loaded", loaded)
     options.out.mkdir(parents=True, exist_ok=True)
     parts_dir = options.out / "parts"
     if options.proxy_url is not None and not options.upstream_port:
@@ -381,7 +375,7 @@ async def run_replay(
     store = make_store(store_settings)
     total_steps = sum(len(c.steps) for c in loaded.cases) * len(config.arms)
     progress = Progress(total_steps, enabled=options.progress)
-    replayer = Replayer(options, loaded, settings, proxy_url, upstream, store, lambda n: progress.advance())
+    replayer = Replayer(options, loaded, proxy_url, upstream, store, progress.advance)
     semaphore = asyncio.Semaphore(config.concurrency)
     parts: dict[tuple[str, str], CasePart] = {}
     specs = {name: msgspec.to_builtins(p) for name, p in settings.policies.items()}
@@ -419,7 +413,7 @@ async def run_replay(
         "loaded": loaded,
         "parts": parts,
         "seconds": time.perf_counter() - started,
-        "settings": settings,
+        "policy_specs": specs,
         "proxy_url": options.proxy_url or "own",
         "unexpected_upstream_requests": upstream.unexpected,
     }
