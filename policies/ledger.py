@@ -16,9 +16,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
-import orjson
 
-from policies.conversation import Message, message_text, role
+from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, actions_of
+from policies.conversation import Message, message_text, parse, role
+from policies.shell_commands import exit_code
 
 MAX_GOAL_CHARS = 6000
 MAX_ITEMS = 40
@@ -30,12 +31,6 @@ _TEST_SUMMARY = re.compile(
 _ERROR_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error|fatal|FAILED)\b[:\s].*"
 )
-_EXIT_CODE = re.compile(r"(?:exit code|exit_code|exited with code|Exit code)\D{0,3}(-?\d+)", re.IGNORECASE)
-_TEXT_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_TEXT_PARAMETER = re.compile(r"<parameter=([\w.-]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
-_SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell)?\n(.*?)```", re.DOTALL)
-_EDIT_COMMANDS = {"create", "str_replace", "insert", "undo_edit", "write", "edit", "append"}
-_VIEW_COMMANDS = {"view", "open", "cat", "read"}
 
 
 class FileRecord(msgspec.Struct, frozen=True):
@@ -51,6 +46,8 @@ class CommandRecord(msgspec.Struct, frozen=True):
 
 class Ledger(msgspec.Struct, frozen=True):
     goal: str = ""
+    # The goal is the first user message, which the view keeps verbatim before the summary.
+    task_kept: bool = False
     files: tuple[FileRecord, ...] = ()
     commands: tuple[CommandRecord, ...] = ()
     errors: tuple[str, ...] = ()
@@ -71,6 +68,7 @@ class Ledger(msgspec.Struct, frozen=True):
             )
         return Ledger(
             goal=self.goal or newer.goal,
+            task_kept=self.task_kept,
             files=tuple(files.values()),
             commands=self.commands + newer.commands,
             errors=_unique(self.errors + newer.errors),
@@ -86,7 +84,9 @@ class Ledger(msgspec.Struct, frozen=True):
     def render(self) -> str:
         """Markdown, stable for the same ledger (so the summary message is byte-stable)."""
         lines = ["## State ledger (exact, extracted from the history)"]
-        if self.goal:
+        if self.goal and self.task_kept:
+            lines += ["### Goal", "The task: the first user message, kept verbatim above this summary."]
+        elif self.goal:
             lines += ["### Goal (first user message, verbatim)", self.goal]
         if self.files:
             lines.append("### Files")
@@ -123,61 +123,29 @@ def _one_line(text: str, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _arguments(call: Any) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call, dict) else None
-    raw = function.get("arguments") if isinstance(function, dict) else None
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str):
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
-
-
-def actions_of(message: Message) -> list[tuple[str, dict[str, Any]]]:
-    """(tool name, arguments) of every action in an assistant message, native or text."""
-    calls = message.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        actions = []
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            name = function.get("name") if isinstance(function, dict) else None
-            actions.append((name if isinstance(name, str) else "", _arguments(call)))
-        return actions
-    text = message_text(message)
-    found = [
-        (name, {k: v for k, v in _TEXT_PARAMETER.findall(body)})
-        for name, body in _TEXT_FUNCTION.findall(text)
-    ]
-    if found:
-        return found
-    blocks = _SHELL_BLOCK.findall(text)
-    return [("shell", {"command": block.strip()}) for block in blocks[-1:]]
-
-
-def _file_action(name: str, args: dict[str, Any]) -> tuple[str, bool] | None:
-    """(path, is_edit) for editor-like actions."""
-    path = args.get("path") or args.get("file_path") or args.get("filename")
-    command = str(args.get("command", "")).split(" ", 1)[0]
-    if isinstance(path, str) and path:
-        return path, command in _EDIT_COMMANDS or name in ("edit", "create", "write_file")
-    if name in ("shell", "execute_bash", "bash") and command:
-        words = command.split()
-        if words and words[0] in ("open", "create", "edit") and len(words) > 1:
-            return words[1], words[0] != "open"
-    return None
+def task_text(messages: Sequence[Message]) -> str:
+    """The conversation's task: its first user message (never an observation: the first user
+    message comes before any action)."""
+    for message in messages:
+        if role(message) == "user":
+            return message_text(message)
+    return ""
 
 
 def build_ledger(
-    messages: Sequence[Message], start: int = 0, end: int | None = None, goal: str | None = None
+    messages: Sequence[Message],
+    start: int = 0,
+    end: int | None = None,
+    goal: str | None = None,
+    *,
+    task_kept: bool = False,
 ) -> Ledger:
-    """The ledger of ``messages[start:end]``; the goal is ``goal`` if given, else the first
-    user message in range."""
+    """The ledger of ``messages[start:end]``. The goal is ``goal`` if given, else the
+    conversation's task (its first user message, wherever the range starts); ``task_kept``
+    says the view keeps that message verbatim before the summary, so it is not repeated."""
     end = len(messages) if end is None else end
-    goal = goal[:MAX_GOAL_CHARS] if goal else ""
+    goal = (goal if goal else task_text(messages))[:MAX_GOAL_CHARS]
+    text_agent = parse(messages).text_actions
     files: dict[str, FileRecord] = {}
     commands: list[CommandRecord] = []
     errors: list[str] = []
@@ -185,54 +153,65 @@ def build_ledger(
     open_items: tuple[str, ...] = ()
     pending_commands: dict[str, int] = {}
     last_text_command: int | None = None
+
+    def touch(path: str, edit: bool) -> None:
+        old = files.get(path, FileRecord(path))
+        files[path] = FileRecord(path, old.views + (not edit), old.edits + edit)
+
     for index in range(start, end):
         message = messages[index]
         kind = role(message)
-        if kind == "user" and not goal:
-            goal = message_text(message)[:MAX_GOAL_CHARS]
-            continue
         if kind == "assistant":
             raw_calls = message.get("tool_calls")
             calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
-            for position, (name, args) in enumerate(actions_of(message)):
-                target = _file_action(name, args)
-                if target:
-                    path, is_edit = target
-                    old = files.get(path, FileRecord(path))
-                    files[path] = FileRecord(path, old.views + (not is_edit), old.edits + is_edit)
-                command = args.get("command") if name in ("execute_bash", "bash", "shell", "run") else None
-                if name == "task_tracker":
-                    items = args.get("task_list")
-                    if isinstance(items, list):
-                        open_items = tuple(
-                            _one_line(str(t.get("title") or t.get("description") or t))
-                            for t in items
-                            if isinstance(t, dict) and t.get("status") not in ("done", "completed")
-                        )
-                if isinstance(command, str) and command.strip():
-                    commands.append(CommandRecord(command.strip()))
+            last_text_command = None
+            for position, action in enumerate(actions_of(message)):
+                if action.kind in (EDIT, WRITE, READ) and action.path:
+                    touch(action.path, action.kind != READ)
+                elif action.kind == PATCH:
+                    for path in action.paths or ((action.path,) if action.path else ()):
+                        touch(path, True)
+                elif action.kind == SHELL:
+                    for path in action.paths:
+                        touch(path, True)
+                    if action.path:
+                        touch(action.path, False)
+                items = action.open_items()
+                if items is not None:
+                    open_items = items
+                if action.kind == SHELL and action.command and action.command.strip():
+                    commands.append(CommandRecord(action.command.strip()))
                     call = calls[position] if position < len(calls) else None
                     if isinstance(call, dict) and isinstance(call.get("id"), str):
                         pending_commands[call["id"]] = len(commands) - 1
                     else:
                         last_text_command = len(commands) - 1
             continue
+        observation = (
+            kind == "user"
+            and text_agent
+            and index > 0
+            and role(messages[index - 1]) == "assistant"
+            and not messages[index - 1].get("tool_calls")
+        )
+        if kind != "tool" and not observation:
+            continue  # the user's own words are instructions, never tool output
         text = message_text(message)
-        if kind == "tool" or (kind == "user" and index > start):
-            slot = pending_commands.pop(message.get("tool_call_id", ""), None)
-            if slot is None and kind == "user":
-                slot, last_text_command = last_text_command, None
-            exit_match = _EXIT_CODE.search(text[-400:]) if text else None
-            if slot is not None and exit_match:
-                commands[slot] = CommandRecord(commands[slot].command, int(exit_match.group(1)))
-            for line in text.splitlines():
-                if len(errors) < MAX_ITEMS and _ERROR_LINE.match(line) and line.strip() not in errors:
-                    errors.append(line.strip()[:300])
-                summary = _TEST_SUMMARY.search(line)
-                if summary and ("passed" in line or "failed" in line or "error" in line):
-                    tests.append(line.strip(" =")[:200])
+        slot = pending_commands.pop(message.get("tool_call_id", ""), None) if kind == "tool" else None
+        if slot is None and observation:
+            slot, last_text_command = last_text_command, None
+        code = exit_code(text) if text else None
+        if slot is not None and code is not None:
+            commands[slot] = CommandRecord(commands[slot].command, code)
+        for line in text.splitlines():
+            if len(errors) < MAX_ITEMS and _ERROR_LINE.match(line) and line.strip() not in errors:
+                errors.append(line.strip()[:300])
+            summary = _TEST_SUMMARY.search(line)
+            if summary and ("passed" in line or "failed" in line or "error" in line):
+                tests.append(line.strip(" =")[:200])
     return Ledger(
         goal=goal,
+        task_kept=task_kept,
         files=tuple(files.values()),
         commands=tuple(commands),
         errors=tuple(errors),

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from policies.ledger import actions_of
+from policies.actions import actions_of
 
 FINAL_ANSWER = "final answer"
 
@@ -30,11 +30,7 @@ def decision_signature(message: Any) -> str:
     actions = actions_of(message)
     if not actions:
         return FINAL_ANSWER
-    name, args = actions[0]
-    target = args.get("path") or args.get("command") or args.get("file_path") or ""
-    if isinstance(target, str) and name in ("execute_bash", "bash", "shell") and not args.get("path"):
-        target = " ".join(target.split())
-    return f"{name}: {target}".strip()
+    return actions[0].signature
 
 
 def message_from_json(raw: bytes) -> Any:

@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
+from policies.actions import Action, actions_of
 from policies.conversation import Message, message_text, parse, role, tool_call_ids
-from policies.ledger import actions_of
 from replay.rows import row_messages, row_tools
 
 # Actions that end a run: their call never gets a result.
@@ -50,8 +50,8 @@ class Case:
     def system_prompt(self) -> str:
         return "\n".join(message_text(m) for m in self.messages if role(m) in ("system", "developer"))
 
-    def actions(self, index: int) -> list[tuple[str, dict[str, Any]]]:
-        """(tool name, parsed arguments) of the assistant message at ``index``."""
+    def actions(self, index: int) -> list[Action]:
+        """The actions of the assistant message at ``index`` (the shared vocabulary)."""
         return actions_of(self.messages[index])
 
 

@@ -29,8 +29,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policies.actions import EDIT, PATCH, SHELL, WRITE, Action, actions_of
 from policies.conversation import message_text, role, tool_call_ids
-from policies.ledger import actions_of
+from policies.shell_commands import shell_write_targets
 from replay.cases import Case
 
 KINDS = ("files_changed", "first_edit", "command_output", "error")
@@ -86,8 +87,8 @@ def history_texts(case: Case) -> list[tuple[int, str, str]]:
         if text:
             texts.append((index, CONTENT, text))
         if tool_call_ids(message) or isinstance(message.get("tool_calls"), list):
-            for _name, args in actions_of(message):
-                texts.extend((index, ARGUMENTS, value) for value in strings_in(args) if value)
+            for action in actions_of(message):
+                texts.extend((index, ARGUMENTS, value) for value in strings_in(action.args) if value)
     return texts
 
 
@@ -123,11 +124,14 @@ _INPUT_COMMANDS = frozenset({"c-c", "c-d", "c-z", "c-\\", "ctrl+c", "ctrl-c", "c
 @dataclass(frozen=True, slots=True)
 class _Action:
     index: int  # the assistant message
-    name: str
-    args: dict[str, Any]
+    action: Action
     native: bool
     result: str  # text of its result or observation, "" if none
     result_index: int | None
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.action.args
 
 
 def _actions(case: Case) -> list[_Action]:
@@ -148,7 +152,7 @@ def _actions(case: Case) -> list[_Action]:
                 block.append(end)
                 end += 1
             used: set[int] = set()
-            for position, (name, args) in enumerate(actions):
+            for position, action in enumerate(actions):
                 call_id = ids[position] if position < len(ids) else None
                 result_index = next(
                     (i for i in block if i not in used and messages[i].get("tool_call_id") == call_id), None
@@ -156,13 +160,13 @@ def _actions(case: Case) -> list[_Action]:
                 if result_index is not None:
                     used.add(result_index)
                 result = message_text(messages[result_index]) if result_index is not None else ""
-                found.append(_Action(index, name, args, True, result, result_index))
+                found.append(_Action(index, action, True, result, result_index))
         else:
             following = index + 1
             observed = following < len(messages) and role(messages[following]) == "user"
             result_index = following if observed else None
             result = message_text(messages[following]) if observed else ""
-            found.extend(_Action(index, name, args, False, result, result_index) for name, args in actions)
+            found.extend(_Action(index, action, False, result, result_index) for action in actions)
     return found
 
 
@@ -329,86 +333,29 @@ class _Edit:
     targets: tuple[str | None, ...] = ()
 
 
-_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_]\w*)\1[^\n]*\n(.*?)^\s*\2\s*$", re.DOTALL | re.MULTILINE)
-_REDIRECT = re.compile(r"(?:^|[^\d&<>])(?:>>?|&>)\s*([^\s;&|<>()]+)")
-_SEGMENT = re.compile(r"&&|\|\||[;|\n]")
-_WRITERS = frozenset({"cat", "echo", "printf"})
 _LEADING_CD = re.compile(r"cd\s+(\S+)\s*(?:&&|;)")
-_PY_WRITE = re.compile(r"""open\(\s*(['"])([^'"]+)\1\s*,\s*(['"])[wax]""")
 
 
-def _shell_write_targets(command: str) -> list[str | None]:
-    """Files a shell command writes (None: somewhere unknown, taken as the repository)."""
-    targets: list[str | None] = []
-    heredocs = _HEREDOC.findall(command)
-    bare = _HEREDOC.sub("<<HEREDOC\n", command)
-    for _quote, _marker, body in heredocs:
-        targets.extend(m.group(2) for m in _PY_WRITE.finditer(body))
-    unquoted = _QUOTED.sub("''", bare)
-    for segment in _SEGMENT.split(unquoted):
-        words = segment.split()
-        if not words:
-            continue
-        program = words[0]
-        if program in ("sudo", "env") and len(words) > 1:
-            words = words[1:]
-            program = words[0]
-        if program in _WRITERS or (program == "cat" or "<<HEREDOC" in segment):
-            targets.extend(
-                t for t in _REDIRECT.findall(segment) if not t.startswith("/dev/") and t not in ("-", "''")
-            )
-        if program == "tee":
-            targets.extend(w for w in words[1:] if not w.startswith("-") and w != "''")
-        if program in ("sed", "perl") and any(
-            w.startswith("-i") or w == "--in-place" or (w.startswith("-") and "i" in w and program == "perl")
-            for w in words[1:]
-        ):
-            files = [w for w in words[1:] if not w.startswith("-") and w != "''"]
-            targets.append(files[-1] if files else None)
-        if program in ("patch",) or (program == "git" and len(words) > 1 and words[1] in ("apply", "am")):
-            targets.append(None)
-    if re.search(r"\bpython[\d.]*\s+-c\b", bare):
-        targets.extend(m.group(2) for m in _PY_WRITE.finditer(bare))
-        if not _PY_WRITE.search(bare) and re.search(r"\.write_text\(|\.write\(", bare):
-            targets.append(None)
-    return targets
-
-
-def _edit_of(action: _Action, open_file: str | None) -> _Edit | None:
-    """The edit an action makes, if it is one."""
-    name, args = action.name, action.args
-    header = _FILE_HEADER.search(action.result[:600])
+def _edit_of(item: _Action, open_file: str | None) -> _Edit | None:
+    """The edit an action makes, if it is one (read through the shared action vocabulary)."""
+    action = item.action
+    header = _FILE_HEADER.search(item.result[:600])
     shown = header.group(1) if header else None
     current = shown if shown and shown.startswith("/") else open_file or shown
-    command = args.get("command")
-    if name in ("str_replace_editor", "file_editor", "edit_file") and isinstance(command, str):
-        path = args.get("path") if isinstance(args.get("path"), str) else None
-        if command == "str_replace":
-            return _Edit(path, str(args.get("new_str") or ""), str(args.get("old_str") or ""))
-        if command == "insert":
-            return _Edit(path, str(args.get("new_str") or ""))
-        if command in ("create", "write"):
-            return _Edit(path, str(args.get("file_text") or args.get("content") or ""))
-        return None
-    if name == "edit":
-        code = args.get("replacement_text", args.get("replace", args.get("new_str")))
-        if isinstance(code, str):
-            return _Edit(current, code, str(args.get("search") or ""))
-        return None
-    if name in ("insert", "append") and isinstance(args.get("text"), str):
-        return _Edit(current, str(args["text"]))
-    if name == "create":
-        content = args.get("file_text", args.get("content"))
-        return _Edit(str(args.get("filename") or args.get("path") or ""), content) if content else None
-    if name in _SHELL_TOOLS and isinstance(command, str):
-        text_edit = _TEXT_EDIT.match(command.strip())
-        if text_edit and not action.native:
-            return _Edit(current, text_edit.group(2))
-        first = command.split(maxsplit=1)[0] if command.strip() else ""
-        if first in ("create", "open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir"):
+    if action.kind in (EDIT, WRITE):
+        if action.code is None:
             return None
-        targets = _shell_write_targets(command)
+        # SWE-agent's edits of the open file name no path.
+        path = action.path if action.path is not None or action.kind == WRITE else current
+        return _Edit(path, action.code, action.old or "")
+    if action.kind == PATCH:
+        paths = action.paths or ((action.path,) if action.path else ())
+        if len(paths) == 1 and action.code:
+            return _Edit(paths[0], action.code)
+        return _Edit(None, None, targets=paths or (None,))
+    if action.kind == SHELL and action.command:
+        command = action.command
+        targets = shell_write_targets(command)
         if targets:
             cd = _LEADING_CD.match(command.strip())
             base = cd.group(1).strip("'\"") if cd else None
@@ -587,8 +534,8 @@ def _executions(actions: Sequence[_Action]) -> Iterator[tuple[_Action, str, int]
     """(action, normalized command, execution number) of every command run."""
     counts: Counter[str] = Counter()
     for action in actions:
-        command = action.args.get("command")
-        if action.name not in _SHELL_TOOLS or not isinstance(command, str):
+        command = action.action.command
+        if action.action.kind != SHELL or not isinstance(command, str):
             continue
         if str(action.args.get("is_input", "")).lower() == "true":
             continue

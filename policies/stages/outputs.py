@@ -3,15 +3,13 @@ what produced them, whether they failed, and a one-line description of each."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
+from policies.actions import EDIT, READ, WRITE, Action, actions_of, call_action
 from policies.conversation import Conversation, Message, message_text, role, tool_call_ids
+from policies.shell_commands import exit_code
 
-_EXIT_CODE = re.compile(r"(?:exit code|exit_code|exited with code)\D{0,3}(-?\d+)", re.IGNORECASE)
 _FAILURE_MARKERS = (
     "Traceback (most recent call last)",
     "No replacement was performed",
@@ -46,37 +44,34 @@ def calls_by_id(messages: Sequence[Message]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _arguments(call: dict[str, Any]) -> dict[str, Any]:
-    raw = (call.get("function") or {}).get("arguments")
-    if isinstance(raw, str):
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return {"raw": raw}
-        return parsed if isinstance(parsed, dict) else {"raw": raw}
-    return raw if isinstance(raw, dict) else {}
+def _target(action: Action) -> str:
+    """The action's target, with an editor's sub-command (``view /a.py``, ``str_replace /a.py``)
+    so that a failed view and the edit that follows are different actions."""
+    sub = action.args.get("command")
+    if action.kind in (READ, EDIT, WRITE) and isinstance(sub, str) and action.path and sub != action.path:
+        return f"{sub} {action.path}"
+    return action.target or str(action.args)[:120]
 
 
 def action_of(messages: Sequence[Message], index: int, calls: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """(tool name, its main argument) of the action whose output is ``messages[index]``."""
+    """(tool name, its normalized target) of the action whose output is ``messages[index]``,
+    read through the shared action vocabulary."""
     message = messages[index]
     if role(message) == "tool":
-        call = calls.get(str(message.get("tool_call_id")), {})
-        name = str((call.get("function") or {}).get("name") or message.get("name") or "tool")
-        args = _arguments(call)
-        target = args.get("command") if name not in ("str_replace_editor", "edit") else None
-        target = target or " ".join(str(args[k]) for k in ("command", "path") if k in args) or str(args)[:120]
-        return name, str(target)
+        call = calls.get(str(message.get("tool_call_id")))
+        action = call_action(call) if call is not None else None
+        name = (action.tool if action else "") or str(message.get("name") or "tool")
+        if action is None:
+            return name, ""
+        return name, _target(action)
     previous = messages[index - 1] if index > 0 else {}
+    found = actions_of(previous)
+    if found:
+        return found[-1].tool, _target(found[-1])
     first_line = next(
         (line.strip() for line in message_text(previous).splitlines()[::-1] if line.strip()), ""
     )
     return "action", first_line
-
-
-def exit_code(text: str) -> int | None:
-    match = _EXIT_CODE.search(text[-400:])
-    return int(match.group(1)) if match else None
 
 
 def failed(text: str) -> bool:

@@ -69,11 +69,8 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if cut <= first_new:
             view.details["summarize"] = {"skipped": "nothing older than the retained tail"}
             return view
-        goal = (
-            None
-            if self.keep_task or original.first_user < 0
-            else message_text(view.original[original.first_user])
-        )
+        # The ledger's goal is the conversation's task, never the first message of the range.
+        goal = message_text(view.original[original.first_user]) if original.first_user >= 0 else None
         pinned = ctx.pins.pinned_steps(view.original)
         if original.last_user >= anchor:
             pinned.add(original.last_user)
@@ -86,6 +83,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             mechanism=self.name,
             goal=goal,
             pinned=pinned,
+            task_kept=self.keep_task and original.first_user >= 0,
         )
         view.details["summarize"] = {"retained_tail": self.retained_tail, "step_aware": self.step_aware}
         return view

@@ -50,6 +50,7 @@ async def compact_range(
     mechanism: str,
     goal: str | None,
     pinned: set[int] | None = None,
+    task_kept: bool = False,
 ) -> None:
     """Replace the view's messages from the current summary (or from ``anchor``, an index
     of the client's messages, when there is none) up to view index ``cut`` by a new summary.
@@ -67,7 +68,7 @@ async def compact_range(
         start_orig = old_end_orig = anchor
     end_orig = view.origin[cut] if cut < len(view.messages) else len(view.original)
     keep = sorted({*previous.pinned, *(pinned or set())} & set(range(start_orig, end_orig)))
-    ledger = build_ledger(view.original, old_end_orig, end_orig, goal=goal)
+    ledger = build_ledger(view.original, old_end_orig, end_orig, goal=goal, task_kept=task_kept)
     if previous.ledger is not None:
         ledger = previous.ledger.merge(ledger)
     handles = [*previous.handles, *view.offloads]

@@ -61,7 +61,9 @@ def test_padding_removed_and_steps_are_assistant_messages() -> None:
     assert case.steps == (2, 4)
     assert case.row_number == 7
     assert case.system_prompt == "You are an agent."
-    assert case.actions(2) == [("execute_bash", {"command": "ls"})]
+    assert [(a.tool, a.args, a.command) for a in case.actions(2)] == [
+        ("execute_bash", {"command": "ls"}, "ls")
+    ]
 
 
 def test_final_unanswered_finish_call_is_dropped() -> None:
