@@ -18,6 +18,12 @@ from policies.conversation import Message
 from policies.tokens import TokenCounter, text_key
 
 
+# Shapes of tool-call messages whose digests are memoized (any other key: digested in full).
+_PLAIN_CALL_MESSAGE = frozenset({"role", "content", "tool_calls", "name"})
+_PLAIN_CALL = frozenset({"id", "type", "function"})
+_PLAIN_FUNCTION = frozenset({"name", "arguments"})
+
+
 def _full_digest(message: Any) -> str:
     return hashlib.blake2b(orjson.dumps(message, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
 
@@ -37,8 +43,13 @@ class Digests:
         self._young_chars = 0
 
     def message(self, message: Message) -> str:
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, str) or len(message) > 4 or message.get("tool_calls"):
+        if not isinstance(message, dict):
+            return _full_digest(message)
+        content = message.get("content")
+        calls = message.get("tool_calls")
+        if calls:
+            return self._with_calls(message, content, calls)
+        if not isinstance(content, str) or len(message) > 4:
             return _full_digest(message)
         key = (
             str(message.get("role")),
@@ -47,6 +58,35 @@ class Digests:
             ",".join(sorted(message)),
             text_key(content),
         )
+        return self._memo(key, content, message)
+
+    def _with_calls(self, message: Message, content: Any, calls: Any) -> str:
+        """An assistant message with tool calls, memoized when it has the usual shape (its
+        call arguments are texts compared on a hit, like the content)."""
+        if (
+            not isinstance(calls, list)
+            or not (content is None or isinstance(content, str))
+            or not _PLAIN_CALL_MESSAGE.issuperset(message)
+        ):
+            return _full_digest(message)
+        parts: list[object] = [str(message.get("role")), "" if content is None else text_key(content)]
+        texts: list[str] = ["" if content is None else content]
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if (
+                not isinstance(function, dict)
+                or not _PLAIN_CALL.issuperset(call)
+                or not _PLAIN_FUNCTION.issuperset(function)
+                or not isinstance(function.get("arguments"), str)
+            ):
+                return _full_digest(message)
+            arguments = function["arguments"]
+            parts += [str(call.get("id")), str(call.get("type")), str(function.get("name")), text_key(arguments)]
+            texts.append(arguments)
+        key = (",".join(sorted(message)), content is None, *parts)
+        return self._memo(key, "\x1f".join(texts), message)
+
+    def _memo(self, key: tuple[object, ...], content: str, message: Message) -> str:
         entry = self._young.get(key) or self._old.get(key)
         if entry is not None and entry[0] == content:
             # Kept as the stored object, not this request's equal copy.

@@ -115,6 +115,16 @@ class Context:
     model: str | None = None
     pins: Pins = field(default_factory=Pins)
     digests: Digests = field(default_factory=Digests)
+    # Tokens the request asks to keep for the answer (``max_tokens``/``max_completion_tokens``).
+    answer_tokens: int = 0
+    # Tokens the proxy adds when a view names a saved output (the read tool's schema).
+    injected_tokens: int = 0
+
+
+def requested_answer_tokens(body: Mapping[str, Any]) -> int:
+    """The answer length a request asks for: a real server counts it against the window."""
+    asked = [body.get(k) for k in ("max_completion_tokens", "max_tokens")]
+    return max([0, *(v for v in asked if isinstance(v, int) and not isinstance(v, bool))])
 
 
 @dataclass(slots=True)
@@ -271,10 +281,12 @@ class Policy:
         summarizer: Summarizer | None = None,
         force: bool = False,
         digests: Digests | None = None,
+        injected_tokens: int = 0,
     ) -> PolicyOutcome:
         """Compute the view of one chat request. Never raises on malformed messages: input
         problems are reported, and stages leave malformed parts as they are. ``force`` makes
-        this request a compaction point whatever its size."""
+        this request a compaction point whatever its size. ``injected_tokens``: what the proxy
+        adds to a view that names a saved output, kept free by the token safeguard."""
         counted = counter.count_request(body)
         messages = body.get("messages")
         checkpoint = checkpoint or Checkpoint()
@@ -289,6 +301,8 @@ class Policy:
             model=body.get("model") if isinstance(body.get("model"), str) else None,
             pins=self.pins,
             digests=digests or Digests(),
+            answer_tokens=requested_answer_tokens(body),
+            injected_tokens=injected_tokens,
         )
         view = View(
             messages=list(messages),

@@ -56,6 +56,7 @@ def build_event(
     reads: LoopResult | None,
     messages_after: int | None = None,
     offloaded_bytes: int | None = None,
+    session_fork: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``messages_after`` and ``offloaded_bytes`` default to what ``outcome`` holds; the proxy
     passes them because it drops the view and the offloaded texts before the upstream wait."""
@@ -96,6 +97,8 @@ def build_event(
             else sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
         ),
         "checkpoint_dropped": details.get("checkpoint_dropped"),
+        # A session forked from another (a parallel run of the task, an edited history).
+        "session_fork": session_fork,
         "parent_range": None,
         "summary": None,
         "read_tool_output": None,
@@ -128,7 +131,12 @@ def build_event(
             "rounds": reads.rounds,
             "reads": list(reads.reads),
             "usage_per_round": list(reads.usage_per_round),
+            # Prompt tokens of every request sent upstream for this client request (proxy count).
+            "tokens_per_round": list(reads.round_tokens),
+            "bytes_read": reads.bytes_read,
         }
+        # What the upstream really received at most: a read round can be larger than the view.
+        event["tokens_after"] = max(outcome.tokens_after, reads.largest_request)
     return event
 
 

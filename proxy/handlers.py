@@ -25,7 +25,7 @@ from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError
 from proxy.events import EventSink, build_event, config_hash
 from proxy.forwarding import (
     client_response_headers,
@@ -35,13 +35,15 @@ from proxy.forwarding import (
     upstream_url,
 )
 from proxy.metrics import Metrics
-from proxy.read_tool import names_a_handle, tool_schema
-from proxy.sessions import MemorySessions, bearer_key, session_of, tenant_of
+from proxy.read_tool import ReadLimits, names_a_handle, tool_schema
+from proxy.response_writer import ResponseWriter
+from proxy.session_index import BranchIndex, Resolution
+from proxy.sessions import MemorySessions, bearer_key, explicit_session, root_session, tenant_of
 from proxy.settings import Settings, policy_specs
 from proxy.shadow import ShadowComparer
 from proxy.store import Store
 from proxy.summarizer import OpenAISummarizer
-from proxy.tool_loop import LoopResult, ToolLoop
+from proxy.tool_loop import LoopDriver, LoopLimits, LoopResult, ReadLoop, answer_reserve
 from proxy.upstream import Upstream, failure_kind, upstream_failure
 
 Scope = Mapping[str, Any]
@@ -79,6 +81,8 @@ class Exchange:
     mechanisms: tuple[str, ...] = ()
     trigger: str | None = None
     checkpoint_dropped: bool = False
+    # A request that forked a new session from another one (parent, messages shared, inherited).
+    session_fork: dict[str, Any] | None = None
     # For the compaction event, recorded once the response is out.
     outcome: PolicyOutcome | None = None
     tenant: str = ""
@@ -113,6 +117,8 @@ class Outgoing:
     # The view names saved outputs: its body for the read_tool_output loop (resent each round).
     loop_body: dict[str, Any] | None = None
     tenant: str = ""
+    window: int = 0
+    reserve: int = 0
 
     def take_content(self) -> bytes:
         """The bytes to send, handed over: the sender drops them once they are sent."""
@@ -132,25 +138,20 @@ def _kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
     )
 
 
+def _policy_reserve(policy: Policy) -> int:
+    """The answer reserve the policy's token safeguard keeps (1024 without one)."""
+    for stage in policy.stages:
+        if stage.name == "token_safeguard":
+            return int(getattr(stage, "reserve_tokens", 1024))
+    return 1024
+
+
 def _status_class(status: int) -> str:
     return f"{status // 100}xx" if status else "none"
 
 
 def _new_request_id() -> str:
     return "cpx-" + os.urandom(12).hex()
-
-
-async def _send_error(send: Send, error: ProxyError, extra_headers: list[tuple[bytes, bytes]]) -> None:
-    """Answer with an error; the caller marks the exchange as responded first."""
-    body = error.body()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        *error.headers,
-        *extra_headers,
-    ]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _package_version() -> str:
@@ -202,13 +203,24 @@ class ProxyHandler:
         self._valid_policies = ", ".join(sorted(policies))
         self.windows = ContextWindows(settings.context_windows)
         self.sessions = sessions or MemorySessions(settings.sessions.max_sessions)
+        self.branches = BranchIndex(settings.sessions.max_sessions)
         self.summarizer = summarizer
         self.digests = Digests(counter=counter)
         self.store = store
-        self.tool_loop = ToolLoop(
-            upstream, store, max_rounds=settings.read_tool.max_rounds, max_lines=settings.read_tool.max_lines
+        reads = settings.read_tool
+        self.loop_limits = LoopLimits(
+            max_rounds=reads.max_rounds,
+            max_calls_per_answer=reads.max_calls_per_answer,
+            max_total_bytes=reads.max_total_bytes,
+            read=ReadLimits(
+                max_lines=reads.max_lines,
+                max_line_chars=reads.max_line_chars,
+                max_result_bytes=reads.max_result_bytes,
+                max_result_tokens=reads.max_result_tokens,
+            ),
+            timeout_seconds=reads.timeout_seconds,
         )
-        self._read_schema = tool_schema(settings.read_tool.max_lines)
+        self._read_schema = tool_schema(reads.max_lines)
         self.events = EventSink(store, settings.events.jsonl_path, self.log)
         self._pid = os.getpid()
         shadow = settings.shadow
@@ -270,7 +282,7 @@ class ProxyHandler:
             self.metrics.errors.labels(exchange.error).inc()
             exchange.responded = True
             with contextlib.suppress(OSError):
-                await _send_error(send, error, exchange.extra_headers)
+                await ResponseWriter(send, extra_headers=exchange.extra_headers).fail(error)
         except ClientDisconnected:
             exchange.error = "client_disconnected"
         except asyncio.CancelledError:
@@ -363,8 +375,11 @@ class ProxyHandler:
             # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
             # A policy without stages keeps no session state: named only if its events are recorded.
             named = bool(effective.stages) or self.settings.events.record_skipped
-            session = session_of(headers_in, parsed, tenant) + ":" + policy.name if named else ""
-            outcome = await self._apply_policy(effective, headers_in, parsed, tenant, session)
+            resolution = await self._session_of(headers_in, parsed, tenant, policy.name) if named else None
+            session = resolution.session + ":" + policy.name if resolution else ""
+            outcome = await self._apply_policy(
+                effective, headers_in, parsed, tenant, session, resolution, exchange
+            )
             exchange.outcome, exchange.tenant, exchange.session = _kept_for_event(outcome), tenant, session
             exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
             exchange.messages_after = len(outcome.messages) if outcome.messages is not None else len(messages)
@@ -395,14 +410,11 @@ class ProxyHandler:
                 and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
                 and names_a_handle(outcome.messages)
             ):
-                tools = parsed.get("tools")
                 outgoing.content = b""
-                outgoing.loop_body = {
-                    **parsed,
-                    "messages": outcome.messages,
-                    "tools": [*(tools if isinstance(tools, list) else []), self._read_schema],
-                }
+                outgoing.loop_body = self._with_read_tool({**parsed, "messages": outcome.messages})
                 outgoing.tenant = tenant
+                outgoing.window = self.windows.window_for(parsed.get("model"))
+                outgoing.reserve = answer_reserve(parsed, _policy_reserve(policy))
                 return outgoing
             outgoing.content = self._view_bytes(body, parsed, outcome, mode)
         return outgoing
@@ -418,6 +430,34 @@ class ProxyHandler:
             send, "POST", url, headers, outgoing.take_content(), exchange, chat_headers=outgoing.chat_headers
         )
 
+    def _with_read_tool(self, body: dict[str, Any]) -> dict[str, Any]:
+        tools = body.get("tools")
+        return {**body, "tools": [*(tools if isinstance(tools, list) else []), self._read_schema]}
+
+    def _driver(
+        self,
+        body: dict[str, Any],
+        *,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        tenant: str,
+        writer: ResponseWriter,
+        request_id: str,
+        window: int,
+        reserve: int,
+    ) -> LoopDriver:
+        loop = ReadLoop(body, counter=self.counter, window=window, reserve=reserve, limits=self.loop_limits)
+        return LoopDriver(
+            loop,
+            upstream=self.upstream,
+            store=self.store,
+            url=url,
+            headers=headers,
+            tenant=tenant,
+            writer=writer,
+            request_id=request_id,
+        )
+
     async def _ask_upstream(
         self, url: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any], tenant: str
     ) -> tuple[int, bytes]:
@@ -427,8 +467,6 @@ class ProxyHandler:
             (b"accept-encoding", b"identity")
         ]
         if names_a_handle(body["messages"]):
-            tools = body.get("tools")
-            body = {**body, "tools": [*(tools if isinstance(tools, list) else []), self._read_schema]}
             status = 0
             parts: list[bytes] = []
 
@@ -439,7 +477,18 @@ class ProxyHandler:
                 else:
                     parts.append(message.get("body", b""))
 
-            await self.tool_loop.run(capture, url, headers, body, tenant, [], "shadow")
+            window = self.windows.window_for(body.get("model"))
+            driver = self._driver(
+                self._with_read_tool(body),
+                url=url,
+                headers=headers,
+                tenant=tenant,
+                writer=ResponseWriter(capture),
+                request_id="shadow",
+                window=window,
+                reserve=answer_reserve(body, 1024),
+            )
+            await driver.run()
             return status, b"".join(parts)
         response = await self.upstream.open("POST", url, headers, orjson.dumps(body))
         try:
@@ -458,30 +507,72 @@ class ProxyHandler:
     ) -> None:
         """The view names saved outputs: inject read_tool_output and answer it here."""
         assert outgoing.loop_body is not None
-        headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
-        extra = [*outgoing.chat_headers, *exchange.extra_headers]
-        try:
-            result = await self.tool_loop.run(
-                send,
-                url,
-                headers,
-                outgoing.loop_body,
-                outgoing.tenant,
-                extra,
-                exchange.request_id,
-                mark_done=exchange.mark_responded,
-            )
-        except httpx.HTTPError as exc:
-            exchange.error = failure_kind(exc)
-            raise upstream_failure(exc) from None
+        writer = ResponseWriter(
+            send,
+            extra_headers=[*outgoing.chat_headers, *exchange.extra_headers],
+            mark_done=exchange.mark_responded,
+        )
+        driver = self._driver(
+            outgoing.loop_body,
+            url=url,
+            headers=upstream_request_headers(headers_in, fallback_api_key=self._api_key),
+            tenant=outgoing.tenant,
+            writer=writer,
+            request_id=exchange.request_id,
+            window=outgoing.window,
+            reserve=outgoing.reserve,
+        )
+        outgoing.loop_body = None  # the loop owns it now
+        result = await driver.run()
         exchange.responded = True
-        exchange.status = result.status
+        exchange.status = writer.status if writer.started else result.status
         exchange.upstream_seconds = result.upstream_seconds
         exchange.read_rounds = result.rounds
         exchange.reads = result
+        # The largest request actually sent upstream for this client request.
+        exchange.tokens_after = max(exchange.tokens_after or 0, result.largest_request)
+        if result.error:
+            exchange.error = result.error
+            self.metrics.errors.labels(result.error).inc()
         for kind in result.reads:
             self.metrics.reads.labels(kind).inc()
         self.metrics.read_rounds.observe(result.rounds)
+
+    async def _session_of(
+        self, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any], tenant: str, policy: str
+    ) -> Resolution:
+        """The client's ``X-Session-Id``, else the session whose requests this one extends."""
+        explicit = header_value(headers, b"x-session-id")
+        if explicit:
+            return Resolution(explicit_session(tenant, explicit))
+        root = root_session(parsed, tenant)
+        digests = [self.digests.message(m) for m in parsed["messages"]]
+        if not self.sessions.shared:
+            return self.branches.resolve(f"{root}:{policy}", root, digests)
+        try:
+            return await self.store.resolve_branch(tenant, f"{root}:{policy}", root, digests)
+        except Exception:  # the store is down: the run's first session, as before branches
+            self.metrics.errors.labels("store_read").inc()
+            return Resolution(root)
+
+    async def _inherited(
+        self, tenant: str, resolution: Resolution, policy: str, exchange: Exchange
+    ) -> Checkpoint | None:
+        """A fork starts from its parent's checkpoint when everything that checkpoint decided
+        lies in the messages they share (a summary never covers what the fork does not have)."""
+        if resolution.parent is None:
+            return None
+        parent = f"{resolution.parent}:{policy}"
+        checkpoint = self.sessions.checkpoint(parent) or await self._load_checkpoint(tenant, parent)
+        inherited = checkpoint is not None and (
+            checkpoint.summary is None or checkpoint.summary_at + checkpoint.covered <= resolution.common
+        )
+        exchange.session_fork = {
+            "parent": parent,
+            "common_messages": resolution.common,
+            "inherited": inherited,
+        }
+        return checkpoint if inherited else None
 
     async def _apply_policy(
         self,
@@ -490,6 +581,8 @@ class ProxyHandler:
         parsed: dict[str, Any],
         tenant: str,
         session: str,
+        resolution: Resolution | None,
+        exchange: Exchange,
     ) -> PolicyOutcome:
         window = self.windows.window_for(parsed.get("model"))
         if not policy.stages:
@@ -498,6 +591,8 @@ class ProxyHandler:
             checkpoint = self.sessions.checkpoint(session)
             if checkpoint is None:
                 checkpoint = await self._load_checkpoint(tenant, session)
+            if checkpoint is None and resolution is not None:
+                checkpoint = await self._inherited(tenant, resolution, policy.name, exchange)
             summarizer = (
                 self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
             )
@@ -508,6 +603,10 @@ class ProxyHandler:
                 checkpoint=checkpoint,
                 summarizer=summarizer,
                 digests=self.digests,
+                # The read tool's schema, which comes with any view that names a saved output.
+                injected_tokens=self.counter.count_tools(
+                    [self._read_schema], self.counter.encoding_for(parsed.get("model"))
+                ),
             )
             if outcome.offloads:
                 try:
@@ -585,19 +684,18 @@ class ProxyHandler:
             exchange.error = failure_kind(exc)
             raise upstream_failure(exc) from None
         del content  # sent: not kept while the answer streams
+        writer = ResponseWriter(send, extra_headers=exchange.extra_headers, mark_done=exchange.mark_responded)
         try:
             out_headers = client_response_headers(response.headers.raw)
             if chat_headers is not None:
                 if header_value(out_headers, b"x-request-id") is None:
                     out_headers.append((b"x-request-id", exchange.request_id.encode()))
                 out_headers.extend(chat_headers)
-            out_headers.extend(exchange.extra_headers)
             exchange.status = response.status_code
             is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
             exchange.captured_sse = is_sse
-            await send(
-                {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
-            )
+            writer.start(response.status_code, out_headers, streaming=is_sse)
+            await writer.write(b"")  # headers now: a stream's first event may take the model a while
             first = True
             try:
                 async for chunk in response.stream:  # type: ignore[union-attr]
@@ -608,20 +706,22 @@ class ProxyHandler:
                         first = False
                     if exchange.captured is not None and len(exchange.captured) < _CAPTURE_LIMIT:
                         exchange.captured += chunk
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await writer.write(chunk)
             except httpx.HTTPError as exc:
                 exchange.error = "upstream_" + (
                     "timeout" if isinstance(exc, httpx.TimeoutException) else "reset"
                 )
                 self.metrics.errors.labels(exchange.error).inc()
-                if not is_sse:
-                    # Headers are out; the only honest signal left is an incomplete response.
-                    return
-                message = "The upstream connection failed in the middle of the stream."
-                event = b"data: " + error_body(message, type="upstream_error", code=exchange.error) + b"\n\n"
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            exchange.responded = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await writer.fail(
+                    ProxyError(
+                        502,
+                        "The upstream connection failed in the middle of the stream.",
+                        type="upstream_error",
+                        code=exchange.error,
+                    )
+                )
+                return
+            await writer.finish()
         finally:
             exchange.upstream_seconds = time.perf_counter() - sent_at
             await response.aclose()
@@ -663,6 +763,7 @@ class ProxyHandler:
             reads=exchange.reads,
             messages_after=exchange.messages_after,
             offloaded_bytes=exchange.offloaded_bytes,
+            session_fork=exchange.session_fork,
         )
         if not (outcome.mechanisms or outcome.trigger):
             # A light record of a request the policy left alone.

@@ -49,6 +49,12 @@ def session_of(headers: Sequence[tuple[bytes, bytes]], body: Mapping[str, Any], 
     explicit = header_value(headers, b"x-session-id")
     if explicit:
         return explicit_session(tenant, explicit)
+    return root_session(body, tenant)
+
+
+def root_session(body: Mapping[str, Any], tenant: str) -> str:
+    """The session every run of one task starts in: a hash of the tenant, the system prompt
+    and the first user message (``proxy.session_index`` tells parallel runs apart)."""
     messages = body.get("messages")
     system = first_user = ""
     if isinstance(messages, list):

@@ -107,6 +107,17 @@ class StoreSettings(_Section, frozen=True):
 class ReadToolSettings(_Section, frozen=True):
     max_rounds: Annotated[int, msgspec.Meta(ge=0, le=32)] = 4
     max_lines: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    # read_tool_output calls answered per model answer; further ones are told to wait.
+    max_calls_per_answer: Annotated[int, msgspec.Meta(ge=1, le=128)] = 8
+    # Longest line of a read result, in characters (longer ones are clipped with a marker).
+    max_line_chars: Annotated[int, msgspec.Meta(ge=80)] = 2000
+    # Most bytes and tokens in one read result (also bounded by the room left in the window).
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 65536
+    max_result_tokens: Annotated[int, msgspec.Meta(ge=100)] = 8000
+    # Most bytes of read results per client request, over all rounds.
+    max_total_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 262144
+    # Seconds a read (pattern search, formatting) may take in its worker thread.
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 5.0
 
 
 class ShadowSettings(_Section, frozen=True):

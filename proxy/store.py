@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from policies.pipeline import Checkpoint, Offload
+from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 
 T = TypeVar("T")
 
@@ -41,6 +42,9 @@ CREATE TABLE IF NOT EXISTS events (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL, policy TEXT NOT NULL,
     time REAL NOT NULL, data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS branches (
+    root TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
 CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
 """
@@ -63,6 +67,9 @@ class Store(Protocol):
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None: ...
     async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None: ...
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None: ...
+    async def resolve_branch(
+        self, tenant: str, root_key: str, root_session: str, digests: Sequence[str]
+    ) -> Resolution: ...
     async def events(
         self,
         tenant: str | None,
@@ -179,6 +186,32 @@ class SQLiteStore:
 
         await self._run(write)
 
+    async def resolve_branch(
+        self, tenant: str, root_key: str, root_session: str, digests: Sequence[str]
+    ) -> Resolution:
+        """The session of a request (``proxy.session_index``), shared by every process on this
+        file: read, resolve and write back in one immediate transaction."""
+        key = f"{tenant}\x1f{root_key}"
+
+        def update(db: sqlite3.Connection) -> Resolution:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT data FROM branches WHERE root = ?", (key,)).fetchone()
+                branches = decode_branches(bytes(row[0]) if row else None)
+                resolution = resolve(branches, root_session, PrefixDigests(digests))
+                db.execute(
+                    "INSERT INTO branches (root, tenant, data, updated) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (root) DO UPDATE SET data = excluded.data, updated = excluded.updated",
+                    (key, tenant, encode_branches(branches), time.time()),
+                )
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return resolution
+
+        return await self._run(update)
+
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
         data = msgspec.json.encode(event)
 
@@ -232,6 +265,7 @@ class SQLiteStore:
                     "DELETE FROM outputs WHERE content IS NULL AND last_used < ?", (now - keep_seconds,)
                 )
                 db.execute("DELETE FROM checkpoints WHERE updated < ?", (now - keep_seconds,))
+                db.execute("DELETE FROM branches WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM events WHERE time < ?", (now - keep_seconds,))
             return cleared
 

@@ -19,6 +19,7 @@ import orjson
 import redis.asyncio as redis
 
 from policies.pipeline import Checkpoint, Offload
+from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 from proxy.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
 _ALL = "cpx:ev:*"
@@ -67,6 +68,27 @@ class RedisStore:
     async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
         value = tenant.encode() + b"\x1f" + encode_checkpoint(checkpoint)
         await self.client.set(f"cpx:cp:{session}", value, ex=self.keep)
+
+    async def resolve_branch(
+        self, tenant: str, root_key: str, root_session: str, digests: Sequence[str]
+    ) -> Resolution:
+        """The session of a request (``proxy.session_index``), shared by every replica: an
+        optimistic transaction on the root's key, retried when another replica wrote it."""
+        key = f"cpx:br:{tenant}:{root_key}"
+        prefixes = PrefixDigests(digests)
+        async with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
+                    branches = decode_branches(_as_bytes(raw) if raw is not None else None)
+                    resolution = resolve(branches, root_session, prefixes)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(key, encode_branches(branches), ex=self.keep)
+                    await pipe.execute()
+                    return resolution
+                except redis.WatchError:
+                    continue
 
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
         event_id = event["event_id"]

@@ -5,54 +5,81 @@ store, appends the call and its results to the messages and asks the upstream ag
 ``max_rounds`` rounds; the last round is sent with ``tool_choice: none`` so it ends in an
 answer. The client receives only the final answer, with usage summed over all rounds.
 
-If one answer mixes ``read_tool_output`` with the agent's own tool calls, the proxy resolves
-its reads and asks again *without* the agent's calls of that answer: the model re-issues
-them with the evidence in hand, and the agent never receives a call that was planned before
-the model read what it asked for.
+**Every round fits the window.** A read result gets at most the tokens left under the window
+after the round's messages, the tool schemas and the answer's reserve (the request's
+``max_tokens`` or ``max_completion_tokens``, at least the policy's reserve), split between the
+reads of one answer and capped per result; it says what it left out. Reads per answer and
+bytes read per request are limited too; past a limit the model is told so and asked to answer.
 
-Streaming: text deltas are relayed as they arrive; tool-call deltas are held until the
-choice's calls are complete; internal calls are resolved and the follow-up answer is streamed
-on the same response, so the client receives one well-formed SSE stream ending in ``[DONE]``.
+If one answer mixes ``read_tool_output`` with the agent's own tool calls, the proxy resolves
+its reads and asks again *without* the agent's calls of that answer: the model re-issues them
+with the evidence in hand, and the agent never receives a call planned before the model read
+what it asked for.
+
+``ReadLoop`` is the sans-I/O core (next request, feed an answer, get reads or the end); the
+drivers below move bytes, and every response goes through a ``ResponseWriter``: a round that
+fails before anything reached the client answers with the upstream's status and body, one that
+fails after ends the stream with an error event and no ``[DONE]``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 import orjson
 
+from policies.tokens import TokenCounter
+from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
-from proxy.read_tool import is_internal, run_read
+from proxy.read_tool import (
+    TOOL_NAME,
+    BadArguments,
+    ReadLimits,
+    ReadResult,
+    is_internal,
+    parse_arguments,
+    render,
+)
+from proxy.response_writer import ResponseWriter
 from proxy.store import Store
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, failure_kind, upstream_failure
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+# Tokens a tool message costs beyond its content (framing, role, the call id).
+_RESULT_OVERHEAD = 16
+# Below this many tokens of room, a read returns nothing but the advice to answer.
+_MIN_READ_TOKENS = 48
 
 
-async def _no_send(message: dict[str, Any]) -> None:
-    raise RuntimeError("a LoopResult made outside ToolLoop.run has nowhere to send")
+@dataclass(frozen=True, slots=True)
+class LoopLimits:
+    max_rounds: int = 4
+    max_calls_per_answer: int = 8
+    max_total_bytes: int = 262_144
+    read: ReadLimits = field(default_factory=ReadLimits)
+    timeout_seconds: float = 5.0
 
 
 @dataclass
 class LoopResult:
     rounds: int = 0
-    reads: list[str] = field(default_factory=list)  # outcome of each read: ok, not_found, ...
+    reads: list[str] = field(default_factory=list)  # outcome of each read: ok, truncated, not_found...
     usage_per_round: list[dict[str, Any]] = field(default_factory=list)
+    # Prompt tokens of each request sent upstream, in the proxy's count.
+    round_tokens: list[int] = field(default_factory=list)
+    bytes_read: int = 0
     status: int = 0
     upstream_seconds: float = 0.0
-    # The run's own context: the loop serves concurrent requests, so none of it is shared.
-    request_id: bytes = b""
-    mark_done: Callable[[], None] = lambda: None
-    send: Send = field(default=_no_send)
-    url: str = ""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    tenant: str = ""
-    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def largest_request(self) -> int:
+        return max(self.round_tokens, default=0)
 
 
 def _add_usage(total: dict[str, int], usage: Any) -> None:
@@ -63,153 +90,349 @@ def _add_usage(total: dict[str, int], usage: Any) -> None:
                 total[key] = total.get(key, 0) + value
 
 
-def _split_calls(message: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-    calls = message.get("tool_calls") or []
-    internal = [c for c in calls if is_internal(c)]
-    return internal, [c for c in calls if not is_internal(c)]
+def answer_reserve(body: dict[str, Any], policy_reserve: int) -> int:
+    """Tokens kept free for the answer: what the request asks for, at least the policy's reserve."""
+    asked = [body.get(k) for k in ("max_completion_tokens", "max_tokens")]
+    return max([policy_reserve, *(v for v in asked if isinstance(v, int) and not isinstance(v, bool))])
 
 
-class ToolLoop:
-    def __init__(self, upstream: Upstream, store: Store, *, max_rounds: int, max_lines: int) -> None:
-        self.upstream = upstream
-        self.store = store
-        self.max_rounds = max_rounds
-        self.max_lines = max_lines
+class ReadLoop:
+    """The loop's decisions, without I/O: what to send next, and what an answer asks for."""
 
-    async def _resolve(self, tenant: str, calls: list[Any], result: LoopResult) -> list[dict[str, Any]]:
-        messages = []
-        for call in calls:
-            function = call.get("function") or {}
-            text, outcome = await run_read(self.store, tenant, function.get("arguments"), self.max_lines)
-            result.reads.append(outcome)
-            messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": text})
-        return messages
+    def __init__(
+        self,
+        body: dict[str, Any],
+        *,
+        counter: TokenCounter,
+        window: int,
+        reserve: int,
+        limits: LoopLimits,
+    ) -> None:
+        self.body = body
+        self.counter = counter
+        self.encoding = counter.encoding_for(body.get("model"))
+        self.window = window
+        self.reserve = reserve
+        self.limits = limits
+        self.result = LoopResult()
+        self.exhausted = False  # a limit was reached: the next round must answer
+        self._previous: dict[str, Any] | None = None  # the body before the last reads
 
-    def _next_body(self, body: dict[str, Any], round_number: int) -> dict[str, Any]:
-        if round_number >= self.max_rounds:
-            return {**body, "tool_choice": "none"}
+    @property
+    def budget(self) -> int:
+        """The largest request a round may be: the window less the answer's reserve."""
+        return self.window - self.reserve
+
+    def next_request(self) -> dict[str, Any]:
+        """The body of the next round (the last allowed one answers with ``tool_choice: none``).
+        A round whose reads came out larger than the room they were given (counting is done
+        per piece) is sent without them: the model answers from what it had."""
+        tokens = self.counter.count_request(self.body).total
+        if tokens > self.budget and self._previous is not None:
+            self.body, self._previous = self._previous, None
+            self.exhausted = True
+            tokens = self.counter.count_request(self.body).total
+        body = self.body
+        if self.result.rounds >= self.limits.max_rounds or self.exhausted:
+            body = {**body, "tool_choice": "none"}
+        self.result.round_tokens.append(tokens)
         return body
 
-    async def run(
+    def wants_reads(self, calls: list[Any]) -> list[Any]:
+        """The internal calls of an answer the loop will resolve (none once rounds run out)."""
+        internal = [c for c in calls if is_internal(c)]
+        if not internal or self.result.rounds >= self.limits.max_rounds:
+            return []
+        return internal
+
+    def room_per_read(self, assistant: dict[str, Any], calls: int) -> int:
+        """Tokens one read result may hold so the next round stays within the window."""
+        base = self.counter.count_request(
+            {**self.body, "messages": [*self.body["messages"], assistant]}
+        ).total
+        room = self.window - self.reserve - base - calls * _RESULT_OVERHEAD
+        return max(0, min(self.limits.read.max_result_tokens, room // max(1, calls)))
+
+    def add_round(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> None:
+        self.result.rounds += 1
+        self._previous = self.body
+        self.body = {**self.body, "messages": [*self.body["messages"], assistant, *results]}
+
+    def skip_round(self) -> None:
+        """The answer's reads do not fit at all: ask again without them, for an answer."""
+        self.result.rounds += 1
+        self.exhausted = True
+
+
+async def resolve_reads(
+    loop: ReadLoop, store: Store, tenant: str, calls: list[Any], text: str | None
+) -> None:
+    """Run one answer's reads against the store and append them (with the call) to the loop."""
+    assistant = {"role": "assistant", "content": text or None, "tool_calls": calls}
+    limits = loop.limits
+    allowed = calls[: limits.max_calls_per_answer]
+    room = loop.room_per_read(assistant, len(calls))
+    if room < _MIN_READ_TOKENS:
+        # Not even a short result per call fits under the window: no read this time.
+        loop.result.reads.extend("no_room" for _ in calls)
+        loop.skip_round()
+        return
+    results = []
+    for position, call in enumerate(calls):
+        if position >= len(allowed):
+            outcome = ReadResult(
+                f"Error: at most {limits.max_calls_per_answer} reads per answer; ask for the rest in your "
+                "next answer.",
+                "limited",
+            )
+        else:
+            outcome = await _read_one(loop, store, tenant, call, room)
+        loop.result.reads.append(outcome.outcome)
+        loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
+        results.append({"role": "tool", "tool_call_id": call.get("id"), "content": outcome.text})
+    if loop.result.bytes_read >= limits.max_total_bytes:
+        loop.exhausted = True
+    loop.add_round(assistant, results)
+
+
+async def _read_one(loop: ReadLoop, store: Store, tenant: str, call: Any, room: int) -> ReadResult:
+    function = call.get("function") if isinstance(call, dict) else None
+    return await read_saved_output(
+        store,
+        tenant,
+        function.get("arguments") if isinstance(function, dict) else None,
+        limits=loop.limits,
+        room=room,
+        counter=loop.counter,
+        encoding=loop.encoding,
+        bytes_read=loop.result.bytes_read,
+    )
+
+
+async def read_saved_output(
+    store: Store,
+    tenant: str,
+    arguments: Any,
+    *,
+    limits: LoopLimits,
+    room: int,
+    counter: TokenCounter,
+    encoding: str,
+    bytes_read: int = 0,
+) -> ReadResult:
+    """One ``read_tool_output`` call: the result text and its outcome (``ok``, ``truncated``,
+    ``not_found``, ``expired``, ``bad_arguments``, ``limited``, ``store_error``, ``timeout``)."""
+    try:
+        args = parse_arguments(arguments, limits.read.max_lines)
+    except BadArguments as exc:
+        return ReadResult(str(exc), "bad_arguments")
+    if bytes_read >= limits.max_total_bytes:
+        return ReadResult(
+            f"Error: this answer has read {bytes_read} bytes of saved outputs, the limit per request; "
+            "answer with what you have.",
+            "limited",
+        )
+    if room < _MIN_READ_TOKENS:
+        return ReadResult(
+            "Error: no room is left in the context window for more saved output; answer with what you have.",
+            "truncated",
+        )
+    try:
+        stored = await store.get_output(tenant, args.handle)
+    except Exception:  # the store is down: the model is told, the request goes on
+        return ReadResult(f"Error: the saved output {args.handle!r} cannot be read right now.", "store_error")
+    if stored is None:
+        return ReadResult(f"Error: no saved output with handle {args.handle!r} was found.", "not_found")
+    if stored.content is None:
+        return ReadResult(
+            f"Error: the saved output {args.handle!r} has expired and can no longer be read.", "expired"
+        )
+    read_limits = replace(
+        limits.read,
+        max_result_bytes=max(256, min(limits.read.max_result_bytes, limits.max_total_bytes - bytes_read)),
+    )
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(
+                render,
+                args.handle,
+                stored.content,
+                args,
+                limits=read_limits,
+                budget_tokens=room,
+                counter=counter,
+                encoding=encoding,
+            ),
+            timeout=limits.timeout_seconds,
+        )
+    except BadArguments as exc:
+        return ReadResult(str(exc), "bad_arguments")
+    except TimeoutError:
+        return ReadResult(
+            "Error: the read took too long; ask for fewer lines or a simpler pattern.", "timeout"
+        )
+
+
+def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
+    return [
+        (k, v)
+        for k, v in client_response_headers(response.headers.raw)
+        if k not in (b"content-length", b"content-encoding")
+    ]
+
+
+def _round_headers(
+    response: httpx.Response, request_id: bytes, result: LoopResult
+) -> list[tuple[bytes, bytes]]:
+    headers = _response_headers(response)
+    if not any(k == b"x-request-id" for k, _ in headers):
+        headers.append((b"x-request-id", request_id))
+    headers.append((b"x-compaction-read-rounds", str(result.rounds).encode()))
+    return headers
+
+
+def _upstream_error(status: int, raw: bytes) -> ProxyError:
+    """A read round the upstream refused, for a client whose response has already started."""
+    message = f"The upstream answered HTTP {status} to a read_tool_output round."
+    code: str | None = None
+    try:
+        error = orjson.loads(raw).get("error")
+        if isinstance(error, dict):
+            message += f" {error.get('message') or ''}".rstrip()
+            code = error.get("code") if isinstance(error.get("code"), str) else None
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    return ProxyError(
+        status if status >= 400 else 502, message, type="upstream_error", code=code or "upstream_error"
+    )
+
+
+class LoopDriver:
+    """Runs a ``ReadLoop`` against the upstream for one client request (JSON or SSE)."""
+
+    def __init__(
         self,
-        send: Send,
+        loop: ReadLoop,
+        *,
+        upstream: Upstream,
+        store: Store,
         url: str,
         headers: list[tuple[bytes, bytes]],
-        body: dict[str, Any],
         tenant: str,
-        extra_headers: list[tuple[bytes, bytes]],
+        writer: ResponseWriter,
         request_id: str,
-        mark_done: Callable[[], None] = lambda: None,
-    ) -> LoopResult:
-        """``mark_done`` is called just before the last message of the response is sent."""
-        result = LoopResult(
-            request_id=request_id.encode(),
-            mark_done=mark_done,
-            send=send,
-            url=url,
-            # The proxy must read these answers, so it asks for them uncompressed.
-            headers=[(k, v) for k, v in headers if k != b"accept-encoding"]
-            + [(b"accept-encoding", b"identity")],
-            tenant=tenant,
-            extra_headers=extra_headers,
-        )
-        if body.get("stream") is True:
-            return await self._run_stream(body, result)
-        return await self._run_json(body, result)
+        on_round: Callable[[LoopResult], None] = lambda _result: None,
+    ) -> None:
+        self.loop = loop
+        self.upstream = upstream
+        self.store = store
+        self.url = url
+        # The proxy must read these answers, so it asks for them uncompressed.
+        self.headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
+            (b"accept-encoding", b"identity")
+        ]
+        self.tenant = tenant
+        self.writer = writer
+        self.request_id = request_id.encode()
+        self.on_round = on_round
 
-    async def _open_round(self, body: dict[str, Any], result: LoopResult) -> httpx.Response:
-        payload = orjson.dumps(self._next_body(body, result.rounds))
-        return await self.upstream.open("POST", result.url, result.headers, payload)
+    @property
+    def result(self) -> LoopResult:
+        return self.loop.result
 
-    async def _run_json(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
+    async def run(self) -> LoopResult:
+        try:
+            if self.loop.body.get("stream") is True:
+                await self._run_stream()
+            else:
+                await self._run_json()
+        except httpx.HTTPError as exc:
+            self.result.error = failure_kind(exc) if not self.writer.started else _stream_failure(exc)
+            await self.writer.fail(upstream_failure(exc))
+        return self.result
+
+    async def _open(self) -> httpx.Response:
+        body = self.loop.next_request()
+        self.on_round(self.result)
+        self.writer.set_header(b"x-compaction-tokens-after", str(self.result.largest_request).encode())
+        started = time.perf_counter()
+        try:
+            return await self.upstream.open("POST", self.url, self.headers, orjson.dumps(body))
+        finally:
+            self.result.upstream_seconds += time.perf_counter() - started
+
+    async def _refused(self, response: httpx.Response) -> None:
+        """A round answered with an error status: relayed if nothing was sent yet."""
+        raw = await response.aread()
+        self.result.status = response.status_code
+        if not self.writer.started:
+            await self.writer.respond(
+                response.status_code, _round_headers(response, self.request_id, self.result), raw
+            )
+            return
+        self.result.error = "upstream_error"
+        await self.writer.fail(_upstream_error(response.status_code, raw))
+
+    async def _run_json(self) -> None:
         total: dict[str, int] = {}
         while True:
+            response = await self._open()
             started = time.perf_counter()
-            response = await self._open_round(body, result)
             try:
+                if response.status_code != 200:
+                    await self._refused(response)
+                    return
                 raw = await response.aread()
             finally:
                 await response.aclose()
-            result.upstream_seconds += time.perf_counter() - started
-            result.status = response.status_code
-            data: Any = None
-            if response.status_code == 200:
-                try:
-                    data = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    data = None
+                self.result.upstream_seconds += time.perf_counter() - started
+            self.result.status = 200
+            try:
+                data: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
             choice: Any = data["choices"][0] if isinstance(data, dict) and data.get("choices") else None
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
-                await self._send(response, raw, result)
-                return result
+                await self.writer.respond(200, _round_headers(response, self.request_id, self.result), raw)
+                return
             _add_usage(total, data.get("usage"))
-            result.usage_per_round.append(data.get("usage") or {})
-            internal, agent = _split_calls(message)
-            if internal and result.rounds < self.max_rounds:
-                result.rounds += 1
-                assistant = {"role": "assistant", "content": message.get("content"), "tool_calls": internal}
-                body = {
-                    **body,
-                    "messages": [
-                        *body["messages"],
-                        assistant,
-                        *await self._resolve(result.tenant, internal, result),
-                    ],
-                }
+            self.result.usage_per_round.append(data.get("usage") or {})
+            raw_calls = message.get("tool_calls")
+            calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
+            reads = self.loop.wants_reads(calls)
+            if reads:
+                await resolve_reads(self.loop, self.store, self.tenant, reads, message.get("content"))
                 continue
-            if internal:  # the round limit: never hand the agent an internal call
-                message["tool_calls"] = agent or None
-                if not agent:
+            agent = [c for c in calls if not is_internal(c)]
+            if len(agent) != len(calls):  # the round limit: never hand the agent an internal call
+                if agent:
+                    message["tool_calls"] = agent
+                else:
                     message.pop("tool_calls", None)
                     choice["finish_reason"] = "stop"
             if total:
                 data["usage"] = {**(data.get("usage") or {}), **total}
-            await self._send(response, orjson.dumps(data), result)
-            return result
+            await self.writer.respond(
+                200, _round_headers(response, self.request_id, self.result), orjson.dumps(data)
+            )
+            return
 
-    @staticmethod
-    def _response_headers(response: httpx.Response, result: LoopResult) -> list[tuple[bytes, bytes]]:
-        headers = [
-            (k, v)
-            for k, v in client_response_headers(response.headers.raw)
-            if k not in (b"content-length", b"content-encoding")
-        ]
-        if not any(k == b"x-request-id" for k, _ in headers):
-            headers.append((b"x-request-id", result.request_id))
-        return headers
-
-    async def _send(self, response: httpx.Response, body: bytes, result: LoopResult) -> None:
-        headers = self._response_headers(response, result)
-        headers += [(b"content-length", str(len(body)).encode()), *result.extra_headers]
-        headers.append((b"x-compaction-read-rounds", str(result.rounds).encode()))
-        await result.send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        result.mark_done()
-        await result.send({"type": "http.response.body", "body": body, "more_body": False})
-
-    async def _run_stream(self, body: dict[str, Any], result: LoopResult) -> LoopResult:
+    async def _run_stream(self) -> None:
         total: dict[str, int] = {}
-        started_response = False
         while True:
+            response = await self._open()
             started = time.perf_counter()
-            response = await self._open_round(body, result)
-            result.status = response.status_code
             try:
-                if response.status_code != 200 and not started_response:
-                    raw = await response.aread()
-                    await self._send(response, raw, result)
-                    return result
-                if not started_response:
-                    out = self._response_headers(response, result)
-                    await result.send(
-                        {
-                            "type": "http.response.start",
-                            "status": 200,
-                            "headers": [*out, *result.extra_headers],
-                        }
+                if response.status_code != 200:
+                    await self._refused(response)
+                    return
+                self.result.status = 200
+                if not self.writer.started:
+                    self.writer.start(
+                        200, _round_headers(response, self.request_id, self.result), streaming=True
                     )
-                    started_response = True
-                stream = _HeldStream(result.send, result.mark_done)
+                stream = _HeldStream(self.writer)
                 buffer = b""
                 async for chunk in response.stream:  # type: ignore[union-attr]
                     buffer += chunk
@@ -220,91 +443,163 @@ class ToolLoop:
                     await stream.take(buffer)
             finally:
                 await response.aclose()
-                result.upstream_seconds += time.perf_counter() - started
+                self.result.upstream_seconds += time.perf_counter() - started
+            if stream.error is not None:
+                # The upstream itself ended its stream with an error event: relayed as such.
+                self.result.error = "upstream_error"
+                await self.writer.finish()
+                return
             _add_usage(total, stream.usage)
-            result.usage_per_round.append(stream.usage or {})
-            internal = [c for c in stream.calls() if is_internal(c)]
-            if internal and result.rounds < self.max_rounds:
-                result.rounds += 1
-                assistant = {"role": "assistant", "content": stream.text or None, "tool_calls": internal}
-                body = {
-                    **body,
-                    "messages": [
-                        *body["messages"],
-                        assistant,
-                        *await self._resolve(result.tenant, internal, result),
-                    ],
-                }
+            self.result.usage_per_round.append(stream.usage or {})
+            reads = self.loop.wants_reads(stream.calls())
+            if reads:
+                await resolve_reads(self.loop, self.store, self.tenant, reads, stream.text or None)
                 continue
+            if not stream.complete:
+                # The upstream closed its stream without finishing the answer.
+                self.result.error = "upstream_reset"
+                await self.writer.fail(
+                    ProxyError(
+                        502,
+                        "The upstream stream ended before the answer was complete.",
+                        type="upstream_error",
+                        code="upstream_reset",
+                    )
+                )
+                return
             await stream.finish(total)
-            return result
+            return
+
+
+def _as_stop(event: bytes) -> bytes:
+    data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+    try:
+        chunk = orjson.loads(data)
+        chunk["choices"][0]["finish_reason"] = "stop"
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return event
+    return b"data: " + orjson.dumps(chunk)
+
+
+def _stream_failure(exc: httpx.HTTPError) -> str:
+    return "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_reset"
 
 
 class _HeldStream:
     """One upstream SSE stream as the client should see it: text relayed at once, tool-call
     deltas, the finishing chunk, usage and ``[DONE]`` held until the calls are known."""
 
-    def __init__(self, send: Send, mark_done: Callable[[], None]) -> None:
-        self.send = send
-        self.mark_done = mark_done
+    def __init__(self, writer: ResponseWriter) -> None:
+        self.writer = writer
         self.held: list[bytes] = []
         self.closing: list[bytes] = []
+        self.preamble: list[bytes] = []
         self.text = ""
         self.usage: dict[str, Any] | None = None
+        self.complete = False  # a finish_reason or [DONE] arrived
+        self.error: Any = None
         self._usage_event: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}
 
     async def take(self, event: bytes) -> None:
         data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-        if not data or data == b"[DONE]":
+        if not data:
+            return
+        if data == b"[DONE]":
+            self.complete = True
             return
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
             await self._relay(event)
             return
+        if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
+            self.error = chunk["error"]
+            await self._relay(event)
+            return
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if isinstance(chunk, dict) and chunk.get("usage") and not choices:
             self.usage, self._usage_event = chunk["usage"], chunk
             return
-        choice = choices[0] if choices else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
         delta = choice.get("delta") if isinstance(choice, dict) else None
-        if isinstance(delta, dict) and delta.get("tool_calls"):
+        if isinstance(choice, dict) and isinstance(delta, dict) and delta.get("tool_calls"):
             for part in delta["tool_calls"]:
-                self._merge(part)
+                if isinstance(part, dict):
+                    self._merge(part)
             self.held.append(event)
-            return
+            if not choice.get("finish_reason"):
+                return
         if isinstance(choice, dict) and choice.get("finish_reason"):
+            self.complete = True
             if isinstance(chunk.get("usage"), dict):
                 self.usage = chunk["usage"]
-            self.closing.append(event)
+            if not (isinstance(delta, dict) and delta.get("tool_calls")):
+                self.closing.append(event)
             return
-        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-            self.text += delta["content"]
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(content, str):
+            self.text += content
+        if not content and self.writer_idle:
+            # An empty opening delta (the role): held, so that a round that only reads has
+            # sent nothing, and a failure after it can still answer with a real status.
+            self.preamble.append(event)
+            return
         await self._relay(event)
 
     def _merge(self, part: dict[str, Any]) -> None:
         index = part.get("index", 0)
         call = self._calls.setdefault(
-            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            index if isinstance(index, int) else 0,
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
         )
         if part.get("id"):
             call["id"] = part["id"]
-        function = part.get("function") or {}
-        call["function"]["name"] += function.get("name") or ""
-        call["function"]["arguments"] += function.get("arguments") or ""
+        function = part.get("function")
+        if isinstance(function, dict):
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
 
     def calls(self) -> list[dict[str, Any]]:
         return [self._calls[i] for i in sorted(self._calls)]
 
+    @property
+    def writer_idle(self) -> bool:
+        return not self.writer.started
+
     async def _relay(self, event: bytes) -> None:
-        await self.send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+        if self.preamble:
+            held, self.preamble = self.preamble, []
+            for early in held:
+                await self.writer.write(early + b"\n\n")
+        await self.writer.write(event + b"\n\n")
+
+    def _without_internal(self) -> list[bytes]:
+        """The held tool-call events without ``read_tool_output`` calls (the round limit was
+        reached with the model still reading: never hand the agent an internal call)."""
+        internal = {i for i, c in self._calls.items() if c["function"]["name"] == TOOL_NAME}
+        if not internal:
+            return self.held
+        kept: list[bytes] = []
+        for event in self.held:
+            data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+            chunk = orjson.loads(data)
+            delta = chunk["choices"][0]["delta"]
+            delta["tool_calls"] = [p for p in delta["tool_calls"] if p.get("index", 0) not in internal]
+            if delta["tool_calls"] or chunk["choices"][0].get("finish_reason"):
+                if not delta["tool_calls"]:
+                    del delta["tool_calls"]
+                    chunk["choices"][0]["finish_reason"] = "stop"
+                kept.append(b"data: " + orjson.dumps(chunk))
+        if len(internal) == len(self._calls):
+            # Only reads were asked for: the answer ends as a plain stop.
+            self.closing = [_as_stop(event) for event in self.closing]
+        return kept
 
     async def finish(self, total_usage: dict[str, int]) -> None:
-        for event in (*self.held, *self.closing):
+        for event in (*self.preamble, *self._without_internal(), *self.closing):
             await self._relay(event)
         if self._usage_event is not None:
             self._usage_event["usage"] = {**self._usage_event["usage"], **total_usage}
             await self._relay(b"data: " + orjson.dumps(self._usage_event))
-        self.mark_done()
-        await self.send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        await self.writer.finish(b"data: [DONE]\n\n")

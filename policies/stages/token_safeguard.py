@@ -1,7 +1,8 @@
 """The final token safeguard: the view never exceeds the window.
 
-While the view is over ``max_share`` x window, the oldest complete step after the protected
-head is dropped. Protected: the system prompt, the first user message (the task), a summary
+While the view is over ``max_share`` x window (less the answer's reserve, and the read tool's
+schema when the view names saved outputs), the oldest complete step after the protected head is
+dropped. Protected: the system prompt, the first user message (the task), a summary
 message, the last user message, and the final step (what the model must answer now). If the
 protected messages alone exceed the budget, the view is left as it is and the fact recorded:
 trimming further would break the request's meaning, and the upstream's own error is the
@@ -60,8 +61,16 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if self.reserve_tokens < 0:
             raise ValueError("reserve_tokens must be >= 0")
 
+    def budget(self, view: View, ctx: Context) -> int:
+        """The largest view: the window share, less the answer's reserve (the request's own
+        ``max_tokens`` when larger) and what the proxy adds to a view naming saved outputs."""
+        plain = int(self.max_share * ctx.window) - max(self.reserve_tokens, ctx.answer_tokens)
+        # Trimming may cut an output to an excerpt with a handle: then the schema comes too.
+        names_handles = view.checkpoint.handles or view.offloads or view.tokens(ctx) > plain
+        return plain - (ctx.injected_tokens if names_handles else 0)
+
     async def apply(self, view: View, ctx: Context) -> View:
-        budget = int(self.max_share * ctx.window) - self.reserve_tokens
+        budget = self.budget(view, ctx)
         total = view.tokens(ctx)
         if total <= budget:
             return view

@@ -11,7 +11,8 @@ import pytest
 
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
-from proxy.read_tool import run_read
+from policies.tokens import TokenCounter
+from proxy.tool_loop import LoopLimits, read_saved_output
 from proxy.store_redis import RedisStore
 from tests.e2e.test_read_tool_output import history, last_tool_result, read_first_handle
 from tests.fake_upstream import FakeUpstream, Reply, completion
@@ -27,7 +28,16 @@ async def test_redis_store_contract(redis_url: str) -> None:
     found = await store.get_output("t_a", "out_r1")
     assert found is not None and found.content == output.content  # written once
     assert await store.get_output("t_b", "out_r1") is None
-    text, outcome = await run_read(store, "t_a", {"handle": "out_r1", "pattern": "^line 7$"}, 100)
+    result = await read_saved_output(
+        store,
+        "t_a",
+        {"handle": "out_r1", "pattern": "^line 7$"},
+        limits=LoopLimits(),
+        room=10_000,
+        counter=TokenCounter(),
+        encoding="o200k_base",
+    )
+    text, outcome = result.text, result.outcome
     assert outcome == "ok" and "7| line 7" in text
     await store.client.delete("cpx:out:t_a:out_r1")  # as if its TTL ran out
     expired = await store.get_output("t_a", "out_r1")

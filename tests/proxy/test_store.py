@@ -11,13 +11,26 @@ import pytest
 
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
-from proxy.read_tool import run_read
+from policies.tokens import TokenCounter
+from proxy.read_tool import ReadLimits
 from proxy.store import SQLiteStore, decode_checkpoint, encode_checkpoint
+from proxy.tool_loop import LoopLimits, read_saved_output
 
 
 @pytest.fixture
 async def store(tmp_path: Path) -> SQLiteStore:
     return SQLiteStore(tmp_path / "state" / "c.db")
+
+
+COUNTER = TokenCounter()
+
+
+async def run_read(store: SQLiteStore, tenant: str, arguments: object, max_lines: int) -> tuple[str, str]:
+    limits = LoopLimits(read=ReadLimits(max_lines=max_lines))
+    result = await read_saved_output(
+        store, tenant, arguments, limits=limits, room=100_000, counter=COUNTER, encoding="o200k_base"
+    )
+    return result.text, result.outcome
 
 
 OUTPUT = Offload(
