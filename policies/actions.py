@@ -19,6 +19,7 @@ Nothing is inferred beyond what the call itself says.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -216,10 +217,10 @@ def _plan(items: Any, text_keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]
 
 def _shell(tool: str, args: dict[str, Any], command: str, native: bool) -> Action:
     writes = shell_write_targets(command)
-    heredoc_patch = next(
-        (body for _q, _m, body in HEREDOC.findall(command) if body.lstrip().startswith("*** Begin Patch")),
-        None,
-    )
+    heredoc_patch = None
+    if "*** Begin Patch" in command:
+        bodies = [body for _q, _m, body in HEREDOC.findall(command)]
+        heredoc_patch = next((b for b in bodies if b.lstrip().startswith("*** Begin Patch")), None)
     read = None if writes else shell_read_target(command)
     return Action(
         tool=tool,
@@ -386,7 +387,17 @@ def call_action(call: Any) -> Action:
     if not isinstance(function, dict):
         return Action("", OTHER)
     name = function.get("name")
-    return classify(name if isinstance(name, str) else "", parse_arguments(function.get("arguments")))
+    name = name if isinstance(name, str) else ""
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        # Every compaction point reads the same calls again: remembered by their exact text.
+        return _classified(name, arguments)
+    return classify(name, parse_arguments(arguments))
+
+
+@functools.lru_cache(maxsize=16384)
+def _classified(name: str, arguments: str) -> Action:
+    return classify(name, parse_arguments(arguments))
 
 
 def actions_of(message: Message) -> list[Action]:

@@ -47,6 +47,12 @@ def tool_call_ids(message: Any) -> tuple[str, ...]:
     return tuple(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str))
 
 
+def result_id(message: Any) -> str | None:
+    """The ``tool_call_id`` a tool result answers, when it is a string."""
+    value = message.get("tool_call_id") if isinstance(message, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def role(message: Any) -> str:
     value = message.get("role") if isinstance(message, dict) else None
     return value if isinstance(value, str) else ""
@@ -139,10 +145,8 @@ def parse(messages: Sequence[Message]) -> Conversation:
         if calls:
             pending = set(calls)
             end = index + 1
-            while (
-                end < count and role(messages[end]) == "tool" and messages[end].get("tool_call_id") in pending
-            ):
-                pending.discard(messages[end].get("tool_call_id"))
+            while end < count and role(messages[end]) == "tool" and result_id(messages[end]) in pending:
+                pending.discard(result_id(messages[end]) or "")
                 end += 1
             answered = not pending
             if not answered and end < count:
@@ -176,3 +180,66 @@ def parse(messages: Sequence[Message]) -> Conversation:
         problems=tuple(problems),
         text_actions=text_actions,
     )
+
+
+_CONTENT_PART_TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def _part_problem(part: Any, where: str) -> str | None:
+    if isinstance(part, str):
+        return None
+    if not isinstance(part, dict):
+        return f"{where} must be an object"
+    kind = part.get("type")
+    if kind is not None and not isinstance(kind, str):
+        return f"{where}.type must be a string"
+    if kind in _CONTENT_PART_TEXT_TYPES and not isinstance(part.get("text"), str):
+        return f"{where}.text must be a string"
+    return None
+
+
+def _call_problem(call: Any, where: str) -> str | None:
+    if not isinstance(call, dict):
+        return f"{where} must be an object"
+    if not isinstance(call.get("id"), str):
+        return f"{where}.id must be a string"
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return f"{where}.function must be an object"
+    if not isinstance(function.get("name"), str):
+        return f"{where}.function.name must be a string"
+    if not isinstance(function.get("arguments", ""), str):
+        return f"{where}.function.arguments must be a string"
+    return None
+
+
+def shape_problem(messages: Sequence[Any]) -> str | None:
+    """The first field of a chat history with a type no API accepts (``messages[3].tool_call_id
+    must be a string``), or None. Such a request is never compacted: it goes upstream as the
+    client sent it, and the upstream's own error answers it."""
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            return f"{where} must be an object"
+        if not isinstance(message.get("role"), str):
+            return f"{where}.role must be a string"
+        content = message.get("content")
+        if isinstance(content, list):
+            for position, part in enumerate(content):
+                problem = _part_problem(part, f"{where}.content[{position}]")
+                if problem:
+                    return problem
+        elif content is not None and not isinstance(content, str):
+            return f"{where}.content must be a string, an array of parts or null"
+        for key in ("name", "tool_call_id"):
+            if key in message and message[key] is not None and not isinstance(message[key], str):
+                return f"{where}.{key} must be a string"
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                return f"{where}.tool_calls must be an array"
+            for position, call in enumerate(calls):
+                problem = _call_problem(call, f"{where}.tool_calls[{position}]")
+                if problem:
+                    return problem
+    return None

@@ -9,6 +9,7 @@ request of a session only digests its new messages.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,6 @@ import orjson
 from policies.conversation import Message
 from policies.tokens import TokenCounter, text_key
 
-
 # Shapes of tool-call messages whose digests are memoized (any other key: digested in full).
 _PLAIN_CALL_MESSAGE = frozenset({"role", "content", "tool_calls", "name"})
 _PLAIN_CALL = frozenset({"id", "type", "function"})
@@ -25,7 +25,11 @@ _PLAIN_FUNCTION = frozenset({"name", "arguments"})
 
 
 def _full_digest(message: Any) -> str:
-    return hashlib.blake2b(orjson.dumps(message, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+    try:
+        data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what only a lenient parser reads: integers past 64 bits, surrogates
+        data = json.dumps(message, sort_keys=True, default=repr).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class Digests:
@@ -81,7 +85,12 @@ class Digests:
             ):
                 return _full_digest(message)
             arguments = function["arguments"]
-            parts += [str(call.get("id")), str(call.get("type")), str(function.get("name")), text_key(arguments)]
+            parts += [
+                str(call.get("id")),
+                str(call.get("type")),
+                str(function.get("name")),
+                text_key(arguments),
+            ]
             texts.append(arguments)
         key = (",".join(sorted(message)), content is None, *parts)
         return self._memo(key, "\x1f".join(texts), message)

@@ -18,11 +18,13 @@ from typing import Any
 import msgspec
 
 from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, actions_of
-from policies.conversation import Message, message_text, parse, role
+from policies.conversation import Message, message_text, parse, result_id, role
 from policies.shell_commands import exit_code
 
 MAX_GOAL_CHARS = 6000
 MAX_ITEMS = 40
+# Saved outputs listed by handle (the newest); placeholders in the view name the others.
+MAX_HANDLES = 100
 
 _TEST_SUMMARY = re.compile(
     r"\b\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b"
@@ -110,7 +112,10 @@ class Ledger(msgspec.Struct, frozen=True):
             lines += [f"- {t}" for t in self.open_items]
         if self.handles:
             lines.append("### Saved outputs (read with read_tool_output)")
-            lines += [f"- handle={h}" for h in self.handles]
+            shown_handles = self.handles[-MAX_HANDLES:]
+            if len(self.handles) > len(shown_handles):
+                lines.append(f"- ... {len(self.handles) - len(shown_handles)} earlier saved outputs")
+            lines += [f"- handle={h}" for h in shown_handles]
         return "\n".join(lines)
 
 
@@ -197,7 +202,7 @@ def build_ledger(
         if kind != "tool" and not observation:
             continue  # the user's own words are instructions, never tool output
         text = message_text(message)
-        slot = pending_commands.pop(message.get("tool_call_id", ""), None) if kind == "tool" else None
+        slot = pending_commands.pop(result_id(message) or "", None) if kind == "tool" else None
         if slot is None and observation:
             slot, last_text_command = last_text_command, None
         code = exit_code(text) if text else None

@@ -28,6 +28,9 @@ from policies.ledger import Ledger
 from policies.summarizer import Summarizer
 from policies.tokens import REPLY_PRIMING, TokenCounter
 
+# Stages that summarize history (a policy with one keeps a summary the safeguard can extend).
+_SUMMARIZING = frozenset({"summarize", "auto_compact"})
+
 
 class PolicyConfigError(ValueError):
     """A policy's configuration is unusable; the message names the policy and the stage."""
@@ -119,6 +122,8 @@ class Context:
     answer_tokens: int = 0
     # Tokens the proxy adds when a view names a saved output (the read tool's schema).
     injected_tokens: int = 0
+    # The policy summarizes: the token safeguard folds steps into the summary, not drop them.
+    summarizes: bool = False
 
 
 def requested_answer_tokens(body: Mapping[str, Any]) -> int:
@@ -303,6 +308,7 @@ class Policy:
             digests=digests or Digests(),
             answer_tokens=requested_answer_tokens(body),
             injected_tokens=injected_tokens,
+            summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
         )
         view = View(
             messages=list(messages),

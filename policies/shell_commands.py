@@ -72,11 +72,15 @@ _SEGMENT = re.compile(r"&&|\|\||[;|\n]")
 _WRITERS = frozenset({"cat", "echo", "printf"})
 _PY_WRITE = re.compile(r"""open\(\s*(['"])([^'"]+)\1\s*,\s*(['"])[wax]""")
 _READERS = frozenset({"cat", "head", "tail", "nl", "less", "more", "bat"})
+# Substrings without which a command writes no file the way shell_write_targets reads them.
+_WRITE_MARKS = (">", "tee", "sed", "perl", "patch", "git", "python", "<<")
 
 
 def shell_write_targets(command: str) -> list[str | None]:
     """Files a shell command writes (None: somewhere unknown, e.g. ``git apply``)."""
     targets: list[str | None] = []
+    if not any(mark in command for mark in _WRITE_MARKS):
+        return targets  # cheap: no redirection, tee, in-place edit, patch or python here
     heredocs = HEREDOC.findall(command)
     bare = HEREDOC.sub("<<HEREDOC\n", command)
     for _quote, _marker, body in heredocs:
@@ -117,6 +121,9 @@ def shell_read_target(command: str) -> str | None:
     """The file a simple reading command shows (``cat f``, ``head -n 5 f``, ``sed -n 1,9p f``)."""
     if "\n" in command.strip() or "|" in command or ">" in command:
         return None
+    first = command.split(maxsplit=1)[0] if command.strip() else ""
+    if first not in _READERS and first != "sed":
+        return None  # cheap: most commands are not a plain read
     try:
         words = shlex.split(command)
     except ValueError:
@@ -134,12 +141,20 @@ def shell_read_target(command: str) -> str | None:
 
 # --- what a shell command reported -----------------------------------------------------------
 
-_EXIT_CODE = re.compile(r"(?:exit code|exit_code|exited with code|<returncode>)\D{0,3}(-?\d+)", re.IGNORECASE)
-_LEADING_RETURNCODE = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
+# (One alternation per prefix: a further alternative, like "<returncode>", makes the search of
+# every output's tail four times slower; mini-swe-agent's leading form has its own pattern.)
+_EXIT_CODE = re.compile(r"(?:exit code|exit_code|exited with code)\D{0,3}(-?\d+)", re.IGNORECASE)
+_LEADING_RETURNCODE = re.compile(r"^\s*(?:<returncode>|\{\s*\"returncode\"\s*:\s*)(-?\d+)")
+_JSON_RETURNCODE = re.compile(r"\"(?:returncode|exit_code)\"\s*:\s*(-?\d+)")
 
 
 def exit_code(output: str) -> int | None:
     """The exit code an output reports: at its end (OpenHands, Codex, most harnesses), or
-    mini-swe-agent's leading ``<returncode>N</returncode>``."""
-    match = _EXIT_CODE.search(output[-400:]) or _LEADING_RETURNCODE.match(output)
+    mini-swe-agent's leading ``<returncode>N</returncode>`` (text mode) or its JSON
+    ``{"returncode": N, ...}`` (tool-call mode)."""
+    match = (
+        _EXIT_CODE.search(output[-400:])
+        or _LEADING_RETURNCODE.match(output)
+        or (_JSON_RETURNCODE.search(output[:200]) if output[:64].lstrip().startswith("{") else None)
+    )
     return int(match.group(1)) if match else None

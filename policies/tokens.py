@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import json
 import threading
 import unittest.mock
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,6 +103,38 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         encoding._mergeable_ranks = {}
         _loaded[name] = encoding
         return encoding
+
+
+# Texts longer than this are counted piece by piece: encoding a 50 MB text at once would build
+# a list of tens of millions of tokens (gigabytes of Python integers) only to take its length.
+_PIECE_CHARS = 1 << 20
+
+
+def _count(encoding: tiktoken.Encoding, text: str) -> int:
+    """Tokens of ``text``; past ``_PIECE_CHARS``, summed over pieces cut after a newline or a
+    space (a cut can merge or split one token: at most one token per megabyte off)."""
+    if len(text) <= _PIECE_CHARS:
+        return len(encoding.encode_ordinary(text)) if text else 0
+    total = 0
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + _PIECE_CHARS)
+        if end < len(text):
+            cut = max(text.rfind("\n", start, end), text.rfind(" ", start, end))
+            if cut > start:
+                end = cut + 1
+        total += len(encoding.encode_ordinary(text[start:end]))
+        start = end
+    return total
+
+
+def json_text(value: object) -> str:
+    """Compact JSON of a value, as the model sees it; values only a lenient parser reads
+    (integers past 64 bits, lone surrogates) are written the way Python's own JSON does."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), default=repr, ensure_ascii=False)
 
 
 def text_key(text: str) -> object:
@@ -262,7 +295,7 @@ class TokenCounter:
             cache = self._caches[name]
         count = cache.get(text)
         if count is None:
-            count = len(self._encodings[name].encode_ordinary(text)) if text else 0
+            count = _count(self._encodings[name], text)
             cache.put(text, count)
         return count
 
@@ -283,11 +316,11 @@ class TokenCounter:
                     elif kind in ("image_url", "input_image", "image"):
                         total += TOKENS_PER_IMAGE_PART
                     else:
-                        total += self.count_text(orjson.dumps(part).decode(), encoding)
+                        total += self.count_text(json_text(part), encoding)
                 elif isinstance(part, str):
                     total += self.count_text(part, encoding)
             return total
-        return self.count_text(orjson.dumps(content).decode(), encoding)
+        return self.count_text(json_text(content), encoding)
 
     def count_message(self, message: object, encoding: str) -> int:
         if not isinstance(message, dict):
@@ -330,7 +363,7 @@ class TokenCounter:
             return 0
         total = 0
         for tool in tools:
-            total += TOKENS_PER_TOOL_SCHEMA + self.count_text(orjson.dumps(tool).decode(), encoding)
+            total += TOKENS_PER_TOOL_SCHEMA + self.count_text(json_text(tool), encoding)
         return total
 
     def count_messages(self, messages: Sequence[object], encoding: str) -> tuple[int, ...]:

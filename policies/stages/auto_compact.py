@@ -15,7 +15,13 @@ import msgspec
 
 from policies.conversation import parse
 from policies.pipeline import Context, View
-from policies.stages.summary_state import compact_range, is_thrashing, summary_index, view_index_of
+from policies.stages.summary_state import (
+    compact_range,
+    is_thrashing,
+    over_window_at,
+    summary_index,
+    view_index_of,
+)
 
 
 class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -39,7 +45,7 @@ class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if cut <= first_new:
             view.details["auto_compact"] = {"skipped": "nothing before the last user message to summarize"}
             return view
-        if is_thrashing(view.checkpoint):
+        if is_thrashing(view.checkpoint) and view.tokens(ctx) <= over_window_at(ctx):
             view.details["auto_compact"] = {"skipped": "re-triggering too often; limited"}
             return view
         view.trigger = view.trigger or "threshold"

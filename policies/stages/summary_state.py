@@ -35,6 +35,12 @@ def view_index_of(view: View, original_index: int) -> int:
     return next((i for i, o in enumerate(view.origin) if o >= original_index), len(view.messages))
 
 
+def over_window_at(ctx: Context) -> int:
+    """Tokens above which a view no longer fits the window with room for the answer (the
+    token safeguard's default reserve, or what the request asks for)."""
+    return ctx.window - max(1024, ctx.answer_tokens)
+
+
 def is_thrashing(checkpoint: Checkpoint) -> bool:
     recent = [r for r in checkpoint.recent_compactions if checkpoint.requests - r < THRASH_REQUESTS]
     return len(recent) >= THRASH_LIMIT

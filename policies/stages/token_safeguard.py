@@ -11,6 +11,7 @@ honest answer then.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
@@ -21,6 +22,7 @@ from policies.pipeline import Context, Offload, View
 from policies.stages.common import SUMMARY_HEADER
 from policies.stages.offload import PLACEHOLDER_PREFIX
 from policies.stages.outputs import action_of, calls_by_id, describe
+from policies.stages.summary_state import compact_range, summary_index, view_index_of
 
 EXCERPT_PREFIX = "[Output cut to fit the context window: handle="
 # A cut message keeps at least this many tokens of its text.
@@ -79,6 +81,8 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         counts = ctx.counter.count_messages(messages, ctx.encoding)
         protected = {conversation.first_user, conversation.last_user}
         protected.update(i for i, m in enumerate(messages) if message_text(m).startswith(SUMMARY_HEADER))
+        # Pinned steps are never dropped (nor summarized): they may still be cut to an excerpt.
+        protected.update(ctx.pins.pinned_steps(messages))
         final = conversation.steps[-1] if conversation.steps else None
         drop: set[int] = set()
         for step in conversation.steps:
@@ -92,23 +96,61 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 continue
             drop.update(range(step.start, step.end))
             total -= sum(counts[step.start : step.end])
+        folded = False
         if drop:
-            view.replace_messages(
-                [m for i, m in enumerate(messages) if i not in drop],
-                self.name,
-                origin=[o for i, o in enumerate(view.origin) if i not in drop],
-            )
+            folded = ctx.summarizes and await self._fold(view, ctx, drop)
+            if not folded:
+                view.replace_messages(
+                    [m for i, m in enumerate(messages) if i not in drop],
+                    self.name,
+                    origin=[o for i, o in enumerate(view.origin) if i not in drop],
+                )
             # Trimming rewrites the view: reported as a compaction point of its own kind.
             view.trigger = view.trigger or "safeguard"
+            total = view.tokens(ctx)
         cut = 0
         if total > budget:
             total, cut = self._cut_largest(view, ctx, total, budget)
         view.details["token_safeguard"] = {
-            "dropped_messages": len(drop),
+            "dropped_messages": 0 if folded else len(drop),
+            "summarized_messages": len(drop) if folded else 0,
             "cut_messages": cut,
             "over_budget": total > budget,
         }
         return view
+
+    async def _fold(self, view: View, ctx: Context, drop: set[int]) -> bool:
+        """In a policy that summarizes, steps the view has no room for are summarized (the
+        state ledger, no model call) instead of dropped without a trace: possible when they are
+        the oldest after the task and the summary, as the safeguard picks them."""
+        original = parse(view.original)
+        if original.first_user < 0:
+            return False
+        anchor = original.first_user + 1
+        current = summary_index(view)
+        first = current + 1 if current is not None else view_index_of(view, anchor)
+        kept_pins = {
+            i for i, m in enumerate(view.messages) if i >= first and view.origin[i] in view.checkpoint.pinned
+        }
+        start = first + len(kept_pins)
+        cut = max(drop) + 1
+        if min(drop) != start or set(range(start, cut)) != drop or cut > len(view.messages):
+            return False
+        pinned = ctx.pins.pinned_steps(view.original)
+        if original.last_user >= anchor:
+            pinned.add(original.last_user)
+        await compact_range(
+            view,
+            replace(ctx, summarizer=None),  # the ledger alone: no model call at the last stage
+            anchor=anchor,
+            cut=cut,
+            family="ledger",
+            mechanism=self.name,
+            goal=message_text(view.original[original.first_user]),
+            pinned=pinned,
+            task_kept=True,
+        )
+        return True
 
     def _cut_largest(self, view: View, ctx: Context, total: int, budget: int) -> tuple[int, int]:
         """Cut the largest tool results and user messages to excerpts until the view fits."""

@@ -12,7 +12,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.pipeline import Context, View
-from policies.stages.summary_state import is_thrashing
+from policies.stages.summary_state import is_thrashing, over_window_at
 
 
 class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -36,8 +36,12 @@ class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if tokens <= self.high * ctx.window:
             return view
         if is_thrashing(view.checkpoint):
-            view.details["trigger"]["limited"] = "re-triggering too often"
-            return view
+            if tokens <= over_window_at(ctx):
+                view.details["trigger"]["limited"] = "re-triggering too often"
+                return view
+            # Limiting now would leave the view over the window, and the token safeguard would
+            # drop whole steps without a trace: a compaction (summary + ledger) loses less.
+            view.details["trigger"]["limited"] = "overridden: the view is over the window"
         view.compacting = True
         view.trigger = "repeated" if view.checkpoint.compactions else "threshold"
         return view

@@ -315,20 +315,46 @@ def test_pins_exempt_tools_from_offloading_and_summaries() -> None:
     assert all(not is_placeholder(message_text(m)) for m in view if m.get("name") == "memory")
 
 
-def test_thrash_is_limited() -> None:
+def test_thrash_is_limited_while_the_view_fits() -> None:
+    """A session that compacted 3 times in its last 6 requests keeps its view while it fits
+    the window; once it does not, it compacts anyway (the safeguard would drop steps)."""
+    from policies.pipeline import Context, View
+    from policies.stages.trigger import Trigger
+
+    thrashing = Checkpoint(requests=10, compactions=3, recent_compactions=(7, 8, 9))
+    history: list[Any] = [SYSTEM, TASK]
+    for i in range(8):
+        history += step(f"h{i}", f"cmd {i}", words(400, f"h{i}"))
+    ctx = Context(counter=COUNTER, encoding="o200k_base", window=0)
+    tokens = sum(COUNTER.count_messages(history, "o200k_base"))
+
+    async def trigger(window: int) -> View:
+        view = View(
+            messages=list(history), original=history, origin=list(range(len(history))), checkpoint=thrashing
+        )
+        ctx.window = window
+        return await Trigger(high=0.8).apply(view, ctx)
+
+    fits = asyncio.run(trigger(int(tokens / 0.85)))  # over 0.8 x window, under window - 1024
+    assert not fits.compacting and fits.details["trigger"]["limited"] == "re-triggering too often"
+    over = asyncio.run(trigger(tokens + 500))  # no room left for the answer
+    assert over.compacting and over.details["trigger"]["limited"].startswith("overridden")
+
+
+def test_a_limited_session_compacts_rather_than_drop_steps_without_a_trace() -> None:
+    """At a window that every new output crosses, limiting would leave the safeguard to drop
+    whole steps: the session compacts, and every command is in the view or in the ledger."""
     policy = build_policy("improved", "", IMPROVED)
     history: list[Any] = [SYSTEM, TASK]
     checkpoint: Checkpoint | None = None
-    compactions = []
     for i in range(12):
         history += step(f"h{i}", f"cmd {i}", words(900, f"h{i}"))
         outcome = apply(policy, history, 3_000, checkpoint=checkpoint)
         checkpoint = outcome.checkpoint
-        compactions.append(checkpoint.compactions)
         assert outcome.tokens_after <= 3_000
-    # Never more than 3 compactions within 6 requests.
-    for i in range(len(compactions) - 6):
-        assert compactions[i + 6] - compactions[i] <= 3
+        view = json.dumps(outcome.messages if outcome.messages is not None else history)
+        for n in range(i + 1):
+            assert f"cmd {n}" in view, (i, n)
 
 
 # --- the state ledger -------------------------------------------------------------------------
