@@ -22,7 +22,7 @@ from proxy.errors import error_body
 from proxy.handlers import ProxyHandler, Receive, Scope, Send
 from proxy.memory import malloc_trim, trim_forever
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.sessions import MemorySessions, explicit_session, tenant_of
+from proxy.sessions import MemorySessions, credentials, explicit_session, tenant_of
 from proxy.settings import Settings, load_settings, policy_specs
 from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
@@ -151,6 +151,16 @@ def create_app(
                 )
             scope = tenant
         else:
+            if (
+                not credentials(raw_headers)
+                and settings.upstream.api_key
+                and not settings.server.allow_anonymous
+            ):
+                # Anonymous clients are refused on the data plane: they own no events either.
+                return Response(
+                    orjson.loads(error_body("An API key is required.", type="authentication_error")),
+                    status_code=401,
+                )
             scope = tenant_of(raw_headers)
         if session and not session.startswith("s_"):
             if scope is None:
@@ -175,7 +185,13 @@ def create_app(
         prepare_state_dir(settings.state_dir)
         # Loading a BPE table takes a few hundred ms: do it off the event loop, before ready.
         await asyncio.to_thread(counter.warm_up)
-        await store.expire(settings.store.keep_days * 86_400)  # also opens the store: fail before ready
+        try:
+            await store.expire(settings.store.keep_days * 86_400)  # also opens the store
+        except Exception as exc:
+            # A store that cannot even be read stops the start; one that cannot be written
+            # (a full disk) starts: every write path fails open, reads keep working.
+            await store.events(None, limit=1)
+            log.warning("store_expiry_failed", error=type(exc).__name__)
         background.add(asyncio.create_task(expire_forever()))
         trim = malloc_trim() if settings.server.malloc_trim_seconds > 0 else None
         if trim is not None:
@@ -195,6 +211,7 @@ def create_app(
         await asyncio.gather(*background, *handler.background, return_exceptions=True)
         await asyncio.gather(*handler.shadow.tasks, return_exceptions=True)
         await handler.events.drain()
+        handler.large.close()
         await store.close()
         await upstream.aclose()
         if summarizer is not None:
@@ -227,6 +244,9 @@ def app_from_environment() -> ProxyApp:
     overrides = orjson.loads(os.environ.get("COMPACTION_PROXY_OVERRIDES", "{}"))
     settings = load_settings(overrides=overrides)
     configure_logging(settings.logging.level, settings.logging.format)
+    from proxy.cli import http_protocol
+
+    http_protocol(settings)  # this worker's connection limits
     return create_app(settings)
 
 

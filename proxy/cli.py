@@ -65,7 +65,8 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.server.host,
         port=settings.server.port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http_protocol(settings),
+        h11_max_incomplete_event_size=settings.server.max_header_bytes,
         lifespan="on",
         access_log=False,
         log_config=None,
@@ -77,6 +78,22 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
     )
     return 0
+
+
+def http_protocol(settings: Settings) -> Any:
+    """uvicorn's httptools protocol with header size and read deadlines (h11 if httptools is
+    missing: it bounds the headers' size only)."""
+    if not importlib.util.find_spec("httptools"):
+        return "h11"
+    from proxy.server_protocol import LimitedHttpToolsProtocol
+
+    server = settings.server
+    LimitedHttpToolsProtocol.configure(
+        max_header_bytes=server.max_header_bytes,
+        header_timeout=server.header_timeout_seconds,
+        body_timeout=server.body_timeout_seconds,
+    )
+    return LimitedHttpToolsProtocol
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -166,7 +166,9 @@ class EventSink:
     def _append(self, line: bytes) -> None:
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as handle:
+        # Events hold views (content): the file is created owner-only.
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "ab") as handle:
             handle.write(line)
 
     async def drain(self) -> None:

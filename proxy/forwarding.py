@@ -7,7 +7,7 @@ so the rules are testable without a server.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urlsplit
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -30,6 +30,8 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _RESPONSE_DROP = HOP_BY_HOP
 
+_CREDENTIALS = frozenset({b"authorization", b"api-key", b"x-api-key"})
+
 # Headers addressed to the proxy itself; the upstream never sees them.
 CONTROL_HEADER_PREFIX = b"x-compaction-"
 
@@ -51,19 +53,20 @@ def upstream_request_headers(
 ) -> Headers:
     """The client's headers as the upstream should receive them.
 
-    The client's own ``Authorization`` wins; the configured key is used only when the
-    client sends none, so a deployment can hold the key for clients that have none.
+    The client's own credential wins; the configured key is used only when the client
+    presents none at all (no ``Authorization``, ``api-key`` or ``x-api-key``), so a deployment
+    can hold the key for clients that have none, and never adds it to another credential.
     """
     dropped = _REQUEST_DROP | _connection_tokens(client_headers)
     result: Headers = []
-    has_auth = False
+    has_credential = False
     for name, value in client_headers:
         if name in dropped or name.startswith(CONTROL_HEADER_PREFIX):
             continue
-        if name == b"authorization":
-            has_auth = True
+        if name in _CREDENTIALS and value.strip():
+            has_credential = True
         result.append((name, value))
-    if not has_auth and fallback_api_key:
+    if not has_credential and fallback_api_key:
         result.append((b"authorization", b"Bearer " + fallback_api_key.encode("latin-1")))
     result.extend(extra)
     return result
@@ -83,20 +86,66 @@ def header_value(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes |
     return None
 
 
+class UnsafePath(ValueError):
+    """A request path that could change where the proxy connects, or climb out of ``/v1``."""
+
+
+# Percent-escapes of a backslash, which some servers take for a separator. (An escaped slash
+# inside a segment, as in a model id `org%2Fmodel`, is kept: the URL is built from parts, and
+# the checks below look at the decoded path.)
+_HIDDEN_SEPARATORS = (b"%5c",)
+
+
 def is_safe_path(raw_path: bytes) -> bool:
-    """Reject dot segments (plain or percent-encoded) that would climb out of ``/v1``
-    once the upstream URL is normalised, and control characters."""
-    decoded = unquote_to_bytes(raw_path)
-    if any(byte < 0x20 or byte == 0x7F for byte in decoded):
+    """Reject dot segments and empty segments (plain or percent-encoded), backslashes (plain
+    or encoded), control characters and non-ASCII bytes."""
+    lowered = raw_path.lower()
+    if any(ord(c) < 0x20 or ord(c) >= 0x7F for c in raw_path.decode("latin-1")):
         return False
-    return all(segment not in (b".", b"..") for segment in decoded.split(b"/"))
+    if b"\\" in raw_path or any(escape in lowered for escape in _HIDDEN_SEPARATORS):
+        return False
+    decoded = unquote_to_bytes(raw_path)
+    if any(byte < 0x20 or byte == 0x7F for byte in decoded) or b"\\" in decoded:
+        return False
+    segments = decoded.split(b"/")
+    if b"" in segments[1:-1]:
+        return False  # "//": an empty segment
+    return all(segment not in (b".", b"..") for segment in segments)
+
+
+class UpstreamBase:
+    """The configured upstream, parsed once: requests may only ever go to its scheme, host
+    and port, under its path prefix."""
+
+    def __init__(self, base_url: str) -> None:
+        parsed = urlsplit(base_url.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.scheme = parsed.scheme
+        self.netloc = parsed.netloc
+        self.host = parsed.hostname
+        self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self.prefix = parsed.path.rstrip("/")
+
+    def url(self, raw_path: bytes, query_string: bytes, mount: bytes = b"/v1") -> str:
+        """The upstream URL for a client's raw path (``/v1/...``) and query, built from parts
+        so that nothing in the path can become a host, a port or user information."""
+        if not (raw_path == mount or raw_path.startswith(mount + b"/")) or not is_safe_path(raw_path):
+            raise UnsafePath(raw_path)
+        suffix = raw_path[len(mount) :].decode("ascii")
+        url = f"{self.scheme}://{self.netloc}{self.prefix}{suffix}"
+        if query_string:
+            query = query_string.decode("latin-1")
+            if any(ord(c) <= 0x20 or ord(c) >= 0x7F or c == "#" for c in query):
+                raise UnsafePath(raw_path)
+            url += "?" + query
+        check = urlsplit(url)
+        if (check.scheme, check.hostname, check.port or self.port) != (self.scheme, self.host, self.port):
+            raise UnsafePath(raw_path)
+        return url
 
 
 def upstream_url(base_url: str, raw_path: bytes, query_string: bytes, mount: str = "/v1") -> str:
     """``base_url`` (which ends in its own version prefix, e.g. ``/v1``) plus the part of
     the client's path after ``mount``, with the query string kept verbatim."""
-    suffix = raw_path.decode("latin-1")[len(mount) :]
-    url = base_url.rstrip("/") + suffix
-    if query_string:
-        url += "?" + query_string.decode("latin-1")
-    return url
+    return UpstreamBase(base_url).url(raw_path, query_string, mount.encode())

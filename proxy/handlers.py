@@ -21,24 +21,33 @@ import httpx
 import orjson
 import structlog
 
+from policies.conversation import shape_problem
 from policies.digests import Digests
-from policies.pipeline import Checkpoint, Policy, PolicyOutcome
+from policies.pipeline import Checkpoint, Policy, PolicyOutcome, requested_answer_tokens
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
 from proxy.errors import ProxyError
 from proxy.events import EventSink, build_event, config_hash
 from proxy.forwarding import (
+    UnsafePath,
+    UpstreamBase,
     client_response_headers,
     header_value,
-    is_safe_path,
     upstream_request_headers,
-    upstream_url,
 )
+from proxy.large_requests import LargeRequests, LargeWorker
 from proxy.metrics import Metrics
 from proxy.read_tool import ReadLimits, names_a_handle, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.session_index import BranchIndex, Resolution
-from proxy.sessions import MemorySessions, bearer_key, explicit_session, root_session, tenant_of
+from proxy.sessions import (
+    MemorySessions,
+    bearer_key,
+    credentials,
+    explicit_session,
+    root_session,
+    tenant_of,
+)
 from proxy.settings import Settings, policy_specs
 from proxy.shadow import ShadowComparer
 from proxy.store import Store
@@ -81,6 +90,8 @@ class Exchange:
     mechanisms: tuple[str, ...] = ()
     trigger: str | None = None
     checkpoint_dropped: bool = False
+    # Why the policy was not applied (a malformed history, a body only a lenient parser reads).
+    skipped: str | None = None
     # A request that forked a new session from another one (parent, messages shared, inherited).
     session_fork: dict[str, Any] | None = None
     # For the compaction event, recorded once the response is out.
@@ -161,6 +172,12 @@ def _package_version() -> str:
         return "0"
 
 
+def _lenient_int(digits: str) -> int | str:
+    """An integer as Python reads it; past Python's 4,300-digit limit, its digits (the body
+    is forwarded as sent, so the value itself is never needed)."""
+    return int(digits) if len(digits) <= 4000 else digits
+
+
 def _parse_json(body: bytes) -> tuple[Any, bool]:
     """The parsed body, and whether only Python's lenient parser could read it."""
     try:
@@ -169,7 +186,7 @@ def _parse_json(body: bytes) -> tuple[Any, bool]:
         # orjson refuses integers beyond 64 bits, NaN and lone surrogate escapes, which
         # Python's parser reads; such a request is still forwarded, but as the client sent it.
         try:
-            return json.loads(body), True
+            return json.loads(body, parse_int=_lenient_int), True
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
 
@@ -198,12 +215,16 @@ class ProxyHandler:
         # Bound once: a lazy proxy logger would resolve its configuration on every call.
         self.log = (logger or structlog.get_logger("compaction_proxy")).bind()
         self._base_url = settings.upstream.base_url
+        self._upstream_base = UpstreamBase(settings.upstream.base_url)
+        # Clients without a credential would spend the configured key as one shared tenant.
+        self._refuse_anonymous = bool(settings.upstream.api_key) and not settings.server.allow_anonymous
         self._api_key = settings.upstream.api_key
         self._max_body = settings.server.max_body_bytes
         self._valid_policies = ", ".join(sorted(policies))
         self.windows = ContextWindows(settings.context_windows)
         self.sessions = sessions or MemorySessions(settings.sessions.max_sessions)
         self.branches = BranchIndex(settings.sessions.max_sessions)
+        self.large = LargeRequests(settings)
         self.summarizer = summarizer
         self.digests = Digests(counter=counter)
         self.store = store
@@ -262,11 +283,19 @@ class ProxyHandler:
 
         watcher: asyncio.Task[None] | None = None
         try:
+            if self._refuse_anonymous and not credentials(scope["headers"]):
+                raise ProxyError(
+                    401,
+                    "You didn't provide an API key. Send it in an Authorization header "
+                    "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
+                    code="missing_api_key",
+                )
+            try:
+                url = self._upstream_base.url(raw_path, scope.get("query_string", b""))
+            except UnsafePath:
+                raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
             body = await self._read_body(scope, receive)
             watcher = asyncio.create_task(watch_disconnect())
-            if not is_safe_path(raw_path):
-                raise ProxyError(400, "The request path is not allowed.", code="invalid_path")
-            url = upstream_url(self._base_url, raw_path, scope.get("query_string", b""))
             if is_chat:
                 outgoing = await self._prepare_chat(scope, body, url, exchange)
                 # Not kept while the upstream works: with many requests in flight, their
@@ -352,72 +381,182 @@ class ProxyHandler:
             (b"x-compaction-mode", mode.encode()),
         ]
         outgoing = Outgoing(chat_headers, content=body)
-        if mode != "off":
-            parsed, lenient = _parse_json(body)
-            if not isinstance(parsed, dict):
-                raise ProxyError(400, "The request body must be a JSON object.")
-            messages = parsed.get("messages")
-            if not isinstance(messages, list):
-                raise ProxyError(
-                    400, "'messages' is a required property and must be an array.", param="messages"
-                )
-            exchange.stream = parsed.get("stream") is True
-            encoding = self.counter.encoding_for(parsed.get("model"))
-            if not self.counter.is_loaded(encoding):
-                # Another model family's encoding: loaded once, off the event loop.
-                await asyncio.to_thread(self.counter.warm_up, [encoding])
-            tenant = tenant_of(headers_in)
-            # A body only the lenient parser reads (lone surrogates, huge integers, NaN) may not
-            # survive re-encoding, storage or events: it is counted and passed through unchanged.
-            effective = (
-                Policy(name=policy.name, description=policy.description, stages=()) if lenient else policy
+        if mode == "off":
+            return outgoing
+        tenant = tenant_of(headers_in)
+        if self.large.wants(body):
+            parsed, messages_before, outcome, session = await self._compute_large(
+                body, headers_in, policy, tenant, exchange, chat_headers
             )
-            # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
-            # A policy without stages keeps no session state: named only if its events are recorded.
-            named = bool(effective.stages) or self.settings.events.record_skipped
-            resolution = await self._session_of(headers_in, parsed, tenant, policy.name) if named else None
-            session = resolution.session + ":" + policy.name if resolution else ""
-            outcome = await self._apply_policy(
-                effective, headers_in, parsed, tenant, session, resolution, exchange
+        else:
+            parsed, messages_before, outcome, session = await self._compute(
+                body, headers_in, policy, tenant, exchange, chat_headers
             )
-            exchange.outcome, exchange.tenant, exchange.session = _kept_for_event(outcome), tenant, session
-            exchange.model, exchange.messages_before = parsed.get("model"), len(messages)
-            exchange.messages_after = len(outcome.messages) if outcome.messages is not None else len(messages)
-            if outcome.offloads:
-                exchange.offloaded_bytes = sum(
-                    len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()
-                )
-            exchange.tokens_before = outcome.tokens_before
-            exchange.tokens_after = outcome.tokens_after
-            exchange.mechanisms = outcome.mechanisms
-            exchange.trigger = outcome.trigger
-            # A client history that diverged from its checkpoint (edited or truncated) is recorded.
-            exchange.checkpoint_dropped = "checkpoint_dropped" in outcome.details
-            chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
-            chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
-            if outcome.trigger is not None:
-                chat_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
-            if mode == "shadow" and outcome.messages is not None and self.shadow.wanted():
-                exchange.compare_body = {**parsed, "messages": outcome.messages}
-                exchange.compare_url = url
-                exchange.compare_headers = upstream_request_headers(
-                    headers_in, fallback_api_key=self._api_key
-                )
-                exchange.captured = bytearray()
-            if (
-                mode == "enforce"
-                and outcome.messages is not None
-                and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
-                and names_a_handle(outcome.messages)
-            ):
-                outgoing.content = b""
-                outgoing.loop_body = self._with_read_tool({**parsed, "messages": outcome.messages})
-                outgoing.tenant = tenant
-                outgoing.window = self.windows.window_for(parsed.get("model"))
-                outgoing.reserve = answer_reserve(parsed, _policy_reserve(policy))
-                return outgoing
-            outgoing.content = self._view_bytes(body, parsed, outcome, mode)
+        exchange.outcome, exchange.tenant, exchange.session = _kept_for_event(outcome), tenant, session
+        exchange.model, exchange.messages_before = parsed.get("model"), messages_before
+        exchange.messages_after = len(outcome.messages) if outcome.messages is not None else messages_before
+        if outcome.offloads:
+            exchange.offloaded_bytes = sum(
+                len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()
+            )
+        exchange.tokens_before = outcome.tokens_before
+        exchange.tokens_after = outcome.tokens_after
+        exchange.mechanisms = outcome.mechanisms
+        exchange.trigger = outcome.trigger
+        # A client history that diverged from its checkpoint (edited or truncated) is recorded.
+        exchange.checkpoint_dropped = "checkpoint_dropped" in outcome.details
+        chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
+        chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
+        if outcome.trigger is not None:
+            chat_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
+        if mode == "shadow" and outcome.messages is not None and self.shadow.wanted():
+            exchange.compare_body = {**parsed, "messages": outcome.messages}
+            exchange.compare_url = url
+            exchange.compare_headers = upstream_request_headers(headers_in, fallback_api_key=self._api_key)
+            exchange.captured = bytearray()
+        if (
+            mode == "enforce"
+            and outcome.messages is not None
+            and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
+            and names_a_handle(outcome.messages)
+        ):
+            outgoing.content = b""
+            outgoing.loop_body = self._with_read_tool({**parsed, "messages": outcome.messages})
+            outgoing.tenant = tenant
+            outgoing.window = self.windows.window_for(parsed.get("model"))
+            outgoing.reserve = answer_reserve(parsed, _policy_reserve(policy))
+            return outgoing
+        outgoing.content = self._view_bytes(body, parsed, outcome, mode)
         return outgoing
+
+    def _skip(self, reason: str | None, exchange: Exchange, chat_headers: list[tuple[bytes, bytes]]) -> None:
+        """A body only the lenient parser reads (lone surrogates, huge integers, NaN) may not
+        survive re-encoding, storage or events, and a history with fields of impossible types
+        means nothing to compact: both are counted and passed through unchanged."""
+        if reason:
+            exchange.skipped = reason
+            chat_headers.append((b"x-compaction-skipped", reason.encode("ascii", "replace")))
+
+    async def _compute(
+        self,
+        body: bytes,
+        headers_in: list[tuple[bytes, bytes]],
+        policy: Policy,
+        tenant: str,
+        exchange: Exchange,
+        chat_headers: list[tuple[bytes, bytes]],
+    ) -> tuple[dict[str, Any], int, PolicyOutcome, str]:
+        """Parse, count and compact on the event loop (requests of ordinary size)."""
+        parsed, lenient = _parse_json(body)
+        if not isinstance(parsed, dict):
+            raise ProxyError(400, "The request body must be a JSON object.")
+        messages = parsed.get("messages")
+        if not isinstance(messages, list):
+            raise ProxyError(400, "'messages' is a required property and must be an array.", param="messages")
+        exchange.stream = parsed.get("stream") is True
+        encoding = self.counter.encoding_for(parsed.get("model"))
+        if not self.counter.is_loaded(encoding):
+            # Another model family's encoding: loaded once, off the event loop.
+            await asyncio.to_thread(self.counter.warm_up, [encoding])
+        skipped = "lenient JSON" if lenient else shape_problem(messages)
+        self._skip(skipped, exchange, chat_headers)
+        effective = Policy(name=policy.name, description=policy.description, stages=()) if skipped else policy
+        # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+        # A policy without stages keeps no session state: named only if its events are recorded.
+        named = bool(effective.stages) or self.settings.events.record_skipped
+        resolution = None
+        if named:
+            explicit = header_value(headers_in, b"x-session-id")
+            digests = [] if explicit else [self.digests.message(m) for m in messages]
+            resolution = await self._session_of(
+                headers_in, root_session(parsed, tenant), tenant, policy.name, digests
+            )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        window = self.windows.window_for(parsed.get("model"))
+        injected = self.counter.count_tools([self._read_schema], encoding)
+
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+            return await effective.apply(
+                parsed,
+                self.counter,
+                window=window,
+                checkpoint=checkpoint,
+                summarizer=summarizer,
+                digests=self.digests,
+                # The read tool's schema, which comes with any view that names a saved output.
+                injected_tokens=injected,
+            )
+
+        outcome = await self._apply_policy(
+            effective, headers_in, tenant, session, resolution, exchange, compute
+        )
+        return parsed, len(messages), outcome, session
+
+    async def _compute_large(
+        self,
+        body: bytes,
+        headers_in: list[tuple[bytes, bytes]],
+        policy: Policy,
+        tenant: str,
+        exchange: Exchange,
+        chat_headers: list[tuple[bytes, bytes]],
+    ) -> tuple[dict[str, Any], int, PolicyOutcome, str]:
+        """The same, for a large body: parsed, counted and compacted in a worker process
+        (held for both phases: it keeps the parsed body between them)."""
+        async with self.large.worker() as worker:
+            return await self._compute_in(worker, body, headers_in, policy, tenant, exchange, chat_headers)
+
+    async def _compute_in(
+        self,
+        worker: LargeWorker,
+        body: bytes,
+        headers_in: list[tuple[bytes, bytes]],
+        policy: Policy,
+        tenant: str,
+        exchange: Exchange,
+        chat_headers: list[tuple[bytes, bytes]],
+    ) -> tuple[dict[str, Any], int, PolicyOutcome, str]:
+        explicit = header_value(headers_in, b"x-session-id")
+        named = bool(policy.stages) or self.settings.events.record_skipped
+        inspected = await worker.inspect(body, tenant, with_digests=named and not explicit)
+        if inspected.error is not None:
+            status, message, param = inspected.error
+            raise ProxyError(status, message, param=param)
+        head = inspected.head
+        exchange.stream = head.get("stream") is True
+        self._skip(inspected.skipped, exchange, chat_headers)
+        skip = inspected.skipped is not None
+        effective = Policy(name=policy.name, description=policy.description, stages=()) if skip else policy
+        named = bool(effective.stages) or self.settings.events.record_skipped
+        resolution = (
+            await self._session_of(headers_in, inspected.root, tenant, policy.name, inspected.digests)
+            if named
+            else None
+        )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        encoding = self.counter.encoding_for(head.get("model"))
+        window = self.windows.window_for(head.get("model"))
+        view: dict[str, Any] | None = None
+
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+            nonlocal view
+            computed = await worker.apply(
+                policy=policy.name,
+                window=window,
+                checkpoint=checkpoint,
+                injected_tokens=self.counter.count_tools([self._read_schema], encoding),
+                session=session,
+                client_key=bearer_key(headers_in),
+                skip=skip,
+            )
+            outcome, view = computed.outcome()
+            return outcome
+
+        outcome = await self._apply_policy(
+            effective, headers_in, tenant, session, resolution, exchange, compute
+        )
+        parsed = {k: v for k, v in (view or head).items() if k != "messages"}
+        return parsed, inspected.messages, outcome, session
 
     async def _forward_chat(
         self, scope: Scope, send: Send, url: str, outgoing: Outgoing, exchange: Exchange
@@ -446,7 +585,14 @@ class ProxyHandler:
         window: int,
         reserve: int,
     ) -> LoopDriver:
-        loop = ReadLoop(body, counter=self.counter, window=window, reserve=reserve, limits=self.loop_limits)
+        loop = ReadLoop(
+            body,
+            counter=self.counter,
+            window=window,
+            reserve=reserve,
+            limits=self.loop_limits,
+            requested=requested_answer_tokens(body),
+        )
         return LoopDriver(
             loop,
             upstream=self.upstream,
@@ -539,14 +685,12 @@ class ProxyHandler:
         self.metrics.read_rounds.observe(result.rounds)
 
     async def _session_of(
-        self, headers: list[tuple[bytes, bytes]], parsed: dict[str, Any], tenant: str, policy: str
+        self, headers: list[tuple[bytes, bytes]], root: str, tenant: str, policy: str, digests: list[str]
     ) -> Resolution:
         """The client's ``X-Session-Id``, else the session whose requests this one extends."""
         explicit = header_value(headers, b"x-session-id")
         if explicit:
             return Resolution(explicit_session(tenant, explicit))
-        root = root_session(parsed, tenant)
-        digests = [self.digests.message(m) for m in parsed["messages"]]
         if not self.sessions.shared:
             return self.branches.resolve(f"{root}:{policy}", root, digests)
         try:
@@ -578,15 +722,16 @@ class ProxyHandler:
         self,
         policy: Policy,
         headers: list[tuple[bytes, bytes]],
-        parsed: dict[str, Any],
         tenant: str,
         session: str,
         resolution: Resolution | None,
         exchange: Exchange,
+        compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
     ) -> PolicyOutcome:
-        window = self.windows.window_for(parsed.get("model"))
+        """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
+        from its checkpoint; store what it offloaded and keep its next checkpoint."""
         if not policy.stages:
-            return await policy.apply(parsed, self.counter, window=window)
+            return await compute(None, None)
         async with self.sessions.lock(session):
             checkpoint = self.sessions.checkpoint(session)
             if checkpoint is None:
@@ -596,18 +741,7 @@ class ProxyHandler:
             summarizer = (
                 self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
             )
-            outcome = await policy.apply(
-                parsed,
-                self.counter,
-                window=window,
-                checkpoint=checkpoint,
-                summarizer=summarizer,
-                digests=self.digests,
-                # The read tool's schema, which comes with any view that names a saved output.
-                injected_tokens=self.counter.count_tools(
-                    [self._read_schema], self.counter.encoding_for(parsed.get("model"))
-                ),
-            )
+            outcome = await compute(checkpoint, summarizer)
             if outcome.offloads:
                 try:
                     # Durably stored before any view naming the handles is sent.
@@ -827,5 +961,6 @@ class ProxyHandler:
             mechanisms=list(exchange.mechanisms),
             trigger=exchange.trigger,
             checkpoint_dropped=exchange.checkpoint_dropped,
+            skipped=exchange.skipped,
             pid=self._pid,
         )

@@ -1,8 +1,12 @@
 """Sessions and tenants, and the in-memory home of their checkpoints.
 
-A tenant is a hash of the client's bearer key (the key itself is never kept). A session is
-named by the client's ``X-Session-Id`` header, or else derived from the tenant plus a hash of
-the system prompt and the first user message, which stay the same for a whole agent run.
+A tenant is a hash of the credential the client presents (``Authorization`` Bearer, Basic or
+any other scheme, ``api-key``, ``x-api-key``), never the credential itself: different
+credentials are different tenants, and a client that presents none is the anonymous tenant
+(allowed only when no upstream key is configured, or the operator opts in). A session is
+named by the client's ``X-Session-Id`` header, or else found from the conversation itself
+(``proxy.session_index``): the first run of a task is a hash of the tenant, the system prompt
+and the first user message.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ def _digest(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
+# Headers that carry a client's credential, for OpenAI-compatible APIs (Azure's ``api-key``)
+# and Anthropic's (``x-api-key``).
+CREDENTIAL_HEADERS = (b"authorization", b"api-key", b"x-api-key")
+ANONYMOUS = "t_anonymous"
+
+
 def bearer_key(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
     value = header_value(headers, b"authorization")
     if value and value[:7].lower() == b"bearer ":
@@ -33,9 +43,26 @@ def bearer_key(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
+def credentials(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Every credential the client presents, as (header, value), non-empty values only."""
+    found = []
+    for name, value in headers:
+        if name in CREDENTIAL_HEADERS and value.strip():
+            found.append((name, value.strip()))
+    return found
+
+
 def tenant_of(headers: Sequence[tuple[bytes, bytes]]) -> str:
-    key = bearer_key(headers)
-    return "t_" + _digest(b"tenant", key.encode()) if key else "t_anonymous"
+    """The tenant of whatever credential the client presents. A lone bearer key is hashed as
+    it always was (tenants stay stable across upgrades); any other credential, or several,
+    are hashed together with their header names, so no two different credentials share one."""
+    found = credentials(headers)
+    if not found:
+        return ANONYMOUS
+    key = bearer_key(found) if len(found) == 1 else None
+    if key:
+        return "t_" + _digest(b"tenant", key.encode())
+    return "t_" + _digest(b"tenant", *(b"%s=%s" % pair for pair in sorted(found)))
 
 
 def explicit_session(tenant: str, session_id: str | bytes) -> str:

@@ -47,6 +47,24 @@ class ServerSettings(_Section, frozen=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
     admin_token: str | None = None
+    # Clients that present no credential, while upstream.api_key is set, are refused (401)
+    # unless this is true: they then all share ONE tenant, so everyone on the network sees
+    # everyone's saved outputs and events. (Without upstream.api_key, such clients reach a
+    # keyless upstream, e.g. a local model server, as that one shared tenant.)
+    allow_anonymous: bool = False
+    # The request line and headers together, in bytes; larger ones get a 431 and are closed.
+    max_header_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 65536
+    # Seconds for a request's headers to arrive (from the connection, or from the first byte of
+    # the next request on a kept-alive connection), and the longest wait for the next bytes of
+    # its body; past either, a 408 and the connection is closed (slow or stuck clients).
+    header_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    body_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    # Chat bodies over this many bytes, or with more than this many messages, are parsed,
+    # counted and compacted in a pool of large_request_workers processes, so that they never
+    # hold the event loop (other clients and /healthz stay fast while they are processed).
+    large_request_bytes: Annotated[int, msgspec.Meta(ge=65536)] = 8 * 1024 * 1024
+    large_request_messages: Annotated[int, msgspec.Meta(ge=10)] = 2000
+    large_request_workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     # Worker processes. With more than one, metrics use prometheus-client's multiprocess mode
     # and session checkpoints are read from the store on every request (workers share it).
     workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
@@ -66,6 +84,8 @@ class UpstreamSettings(_Section, frozen=True):
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.base_url):
             raise ValueError("must be an http:// or https:// URL")
+        if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
+            raise ValueError("must be a plain URL: no query, fragment or backslash")
 
 
 class TokenSettings(_Section, frozen=True):

@@ -13,6 +13,8 @@ background, never on the request path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -109,6 +111,9 @@ class SQLiteStore:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Created owner-only before SQLite opens it: its -wal and -shm files are created
+            # with the database file's permissions, so they are owner-only from the start too.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
@@ -151,10 +156,13 @@ class SQLiteStore:
             if row is None:
                 return None
             if row[0] is not None:
-                db.execute(
-                    "UPDATE outputs SET last_used = ? WHERE tenant = ? AND handle = ?",
-                    (time.time(), tenant, handle),
-                )
+                # A full disk or a locked file costs the output its "last used" time only: the
+                # read itself succeeds.
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute(
+                        "UPDATE outputs SET last_used = ? WHERE tenant = ? AND handle = ?",
+                        (time.time(), tenant, handle),
+                    )
             return StoredOutput(handle=handle, content=row[0], description=row[1])
 
         return await self._run(read)

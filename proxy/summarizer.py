@@ -36,6 +36,11 @@ class BreakerOpen(SummarizerError):
     pass
 
 
+def _origin(url: str) -> tuple[str, str, int]:
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
 class OpenAISummarizer:
     """One per app; ``for_session`` gives the per-session view with its circuit breaker."""
 
@@ -54,7 +59,10 @@ class OpenAISummarizer:
             timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
             trust_env=False,
         )
-        self.api_key = settings.api_key or api_key
+        # The upstream's key and the clients' keys are for the upstream's host: they go to a
+        # summarizer on another host only if configured there explicitly (summarizer.api_key).
+        self.same_host = settings.base_url is None or _origin(settings.base_url) == _origin(base_url)
+        self.api_key = settings.api_key or (api_key if self.same_host else None)
         self.calls = 0
         self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
 
@@ -65,7 +73,7 @@ class OpenAISummarizer:
         self._breakers[session] = breaker
         while len(self._breakers) > 10_000:
             self._breakers.popitem(last=False)
-        return SessionSummarizer(self, breaker, self.api_key or client_key)
+        return SessionSummarizer(self, breaker, self.api_key or (client_key if self.same_host else None))
 
     async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
         limit = self.settings.max_input_tokens

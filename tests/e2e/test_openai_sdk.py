@@ -215,7 +215,9 @@ def test_passthrough_routes_are_forwarded_verbatim(proxy: Any, upstream: FakeUps
 def test_client_authorization_wins_and_configured_key_fills_in(
     start_proxy: Any, upstream: FakeUpstream
 ) -> None:
-    proxy = start_proxy({"upstream": {"api_key": "sk-configured-key-000000000000"}})
+    proxy = start_proxy(
+        {"upstream": {"api_key": "sk-configured-key-000000000000"}, "server": {"allow_anonymous": True}}
+    )
     body = {"model": "m", "messages": MESSAGES}
     httpx.post(proxy.base_url + "/chat/completions", json=body)
     httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"authorization": "Bearer sk-client"})

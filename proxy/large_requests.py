@@ -1,0 +1,315 @@
+"""Large requests are parsed, counted and compacted in worker processes, off the event loop.
+
+A chat body of tens of megabytes, or of tens of thousands of messages, costs seconds of CPU
+to parse, count and compact, most of it in C calls that hold the interpreter lock (a JSON
+parser) or in Python loops; on the event loop that would stall every other client and
+``/healthz`` for as long. Such bodies (over ``server.large_request_bytes``, or with more than
+``server.large_request_messages`` messages, counted on the raw bytes) go to a pool of
+``server.large_request_workers`` processes instead. The parent keeps everything that holds
+state (sessions, checkpoints, the store, the response), and sends the worker only the body and
+what the policy needs; it gets back the view (as the body to send, which a policy brings down
+to the model's window), the offloaded outputs, the next checkpoint and the figures.
+
+The worker runs the same ``Policy.apply`` as the event loop would, with the same summarizer
+configuration (its own HTTP client, its own circuit breakers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import orjson
+
+from policies.conversation import shape_problem
+from policies.digests import Digests
+from policies.pipeline import Checkpoint, Offload, Policy, PolicyOutcome, build_policies
+from policies.tokens import TokenCounter
+from proxy.memory import malloc_trim
+from proxy.settings import Settings, policy_specs
+from proxy.store import decode_checkpoint, encode_checkpoint
+
+_ROLE = b'"role"'
+
+
+def body_key(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def is_large(body: bytes, max_bytes: int, max_messages: int) -> bool:
+    """Decided on the raw bytes (a byte count: far cheaper than any parse)."""
+    return len(body) > max_bytes or body.count(_ROLE) > max_messages
+
+
+@dataclass(frozen=True, slots=True)
+class Inspected:
+    """What the parent needs to know of a large body before compacting it."""
+
+    error: tuple[int, str, str | None] | None = None  # status, message, param
+    head: dict[str, Any] = field(default_factory=dict)  # the body without its messages
+    messages: int = 0
+    skipped: str | None = None  # lenient JSON or a malformed history: sent as it came
+    root: str = ""
+    digests: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    tokens_before: int
+    tokens_after: int
+    mechanisms: tuple[str, ...]
+    trigger: str | None
+    details: dict[str, Any]
+    offloads: list[tuple[str, str, str]]
+    checkpoint: bytes
+    view: bytes | None  # the whole body to send, or None: the client's bytes go as they are
+
+    def outcome(self) -> tuple[PolicyOutcome, dict[str, Any] | None]:
+        """The policy outcome the parent goes on with, and the view body parsed (if any)."""
+        parsed = orjson.loads(self.view) if self.view is not None else None
+        outcome = PolicyOutcome(
+            messages=parsed["messages"] if parsed is not None else None,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+            mechanisms=self.mechanisms,
+            checkpoint=decode_checkpoint(self.checkpoint),
+            details=self.details,
+            offloads={h: Offload(h, content, description) for h, content, description in self.offloads},
+            trigger=self.trigger,
+        )
+        return outcome, parsed
+
+
+# --- the worker process -----------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, settings: Settings) -> None:
+        self.counter = TokenCounter(
+            default_encoding=settings.tokens.default_encoding,
+            model_encodings=settings.tokens.model_encodings,
+            cache_max_chars=settings.tokens.cache_max_chars,
+        )
+        self.counter.warm_up()
+        self.policies: dict[str, Policy] = build_policies(policy_specs(settings))
+        self.digests = Digests(counter=self.counter)
+        self.loop = asyncio.new_event_loop()
+        self.summarizer: Any = None
+        if settings.summarizer.kind == "openai":
+            from proxy.summarizer import OpenAISummarizer
+
+            self.summarizer = OpenAISummarizer(
+                settings.summarizer, base_url=settings.upstream.base_url, api_key=settings.upstream.api_key
+            )
+        self._parsed: tuple[bytes, tuple[Any, bool]] | None = None
+        self.trim = malloc_trim()
+
+    def forget(self) -> None:
+        self._parsed = None
+
+    def parse(self, body: bytes) -> tuple[Any, bool]:
+        try:
+            parsed: tuple[Any, bool] = (orjson.loads(body), False)
+        except orjson.JSONDecodeError:
+            parsed = (json.loads(body, parse_int=_lenient_int), True)
+        self._parsed = (body_key(body), parsed)
+        return parsed
+
+    def parsed(self, key: bytes) -> tuple[Any, bool]:
+        """The body phase one parsed (the parent sends phase two to the same process)."""
+        if self._parsed is None or self._parsed[0] != key:
+            raise LookupError("phase two reached a worker that did not parse the body")
+        return self._parsed[1]
+
+
+_worker: _Worker | None = None
+
+
+def _init(settings_json: bytes) -> None:
+    global _worker
+    _worker = _Worker(msgspec.json.decode(settings_json, type=Settings))
+
+
+def _lenient_int(digits: str) -> int | str:
+    return int(digits) if len(digits) <= 4000 else digits
+
+
+def _inspect(body: bytes, tenant: str, with_digests: bool) -> Inspected:
+    """Phase one: parse (kept for phase two, which runs in this same process), check, digest."""
+    from proxy.sessions import root_session
+
+    assert _worker is not None
+    try:
+        parsed, lenient = _worker.parse(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return Inspected(error=(400, "We could not parse the JSON body of your request.", None))
+    if not isinstance(parsed, dict):
+        _worker.forget()
+        return Inspected(error=(400, "The request body must be a JSON object.", None))
+    messages = parsed.get("messages")
+    if not isinstance(messages, list):
+        _worker.forget()
+        return Inspected(error=(400, "'messages' is a required property and must be an array.", "messages"))
+    skipped = "lenient JSON" if lenient else shape_problem(messages)
+    head = {k: v for k, v in parsed.items() if k != "messages"}
+    if lenient:
+        head = {k: v for k, v in head.items() if k in ("model", "stream")}
+    digests = [_worker.digests.message(m) for m in messages] if with_digests and not skipped else []
+    return Inspected(
+        head=head,
+        messages=len(messages),
+        skipped=skipped,
+        root=root_session(parsed, tenant),
+        digests=digests,
+    )
+
+
+def _apply(
+    body_key: bytes,
+    policy: str,
+    window: int,
+    checkpoint: bytes | None,
+    injected_tokens: int,
+    session: str,
+    client_key: str | None,
+    skip: bool,
+) -> Computed:
+    assert _worker is not None
+    parsed, _ = _worker.parsed(body_key)
+    chosen = _worker.policies[policy]
+    if skip:
+        chosen = Policy(name=chosen.name, description=chosen.description, stages=())
+    summarizer = _worker.summarizer.for_session(session, client_key) if _worker.summarizer else None
+    outcome = _worker.loop.run_until_complete(
+        chosen.apply(
+            parsed,
+            _worker.counter,
+            window=window,
+            checkpoint=decode_checkpoint(checkpoint) if checkpoint else None,
+            summarizer=summarizer,
+            digests=_worker.digests,
+            injected_tokens=injected_tokens,
+        )
+    )
+    view = orjson.dumps({**parsed, "messages": outcome.messages}) if outcome.messages is not None else None
+    # The body is done with: its parsed copy goes, and the heap's free pages go back to the OS.
+    _worker.forget()
+    computed = Computed(
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        mechanisms=outcome.mechanisms,
+        trigger=outcome.trigger,
+        details={**outcome.details, "large_request": {"worker_process": True}},
+        offloads=[(o.handle, o.content, o.description) for o in outcome.offloads.values()],
+        checkpoint=encode_checkpoint(outcome.checkpoint),
+        view=view,
+    )
+    del parsed, outcome
+    if _worker.trim is not None:
+        _worker.trim()
+    return computed
+
+
+# --- the parent's side ------------------------------------------------------------------------
+
+
+class LargeRequests:
+    """The pool, started on first use (most deployments never see a large request). Each
+    worker is its own single-process executor: a request's two phases run in one process,
+    which keeps the parsed body between them, so the body crosses to it only once."""
+
+    def __init__(self, settings: Settings) -> None:
+        server = settings.server
+        self.max_bytes = server.large_request_bytes
+        self.max_messages = server.large_request_messages
+        self.workers = server.large_request_workers
+        self._settings_json = msgspec.json.encode(settings)
+        self._pools: list[ProcessPoolExecutor] = []
+        self._slots: list[asyncio.Lock] = []
+        self._queued: list[int] = []  # requests holding or waiting for each worker
+
+    def wants(self, body: bytes) -> bool:
+        return is_large(body, self.max_bytes, self.max_messages)
+
+    def _start(self) -> None:
+        if self._pools:
+            return
+        for _ in range(self.workers):
+            self._pools.append(
+                ProcessPoolExecutor(
+                    max_workers=1,
+                    # Not fork: this process runs threads (the store's, the event loop's helpers).
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init,
+                    initargs=(self._settings_json,),
+                )
+            )
+            self._slots.append(asyncio.Lock())
+            self._queued.append(0)
+
+    def worker(self) -> LargeWorker:
+        """A worker for one request's two phases: the first free one, else the least busy."""
+        self._start()
+        index = min(range(len(self._pools)), key=lambda i: self._queued[i])
+        self._queued[index] += 1
+
+        def done() -> None:
+            self._queued[index] -= 1
+
+        return LargeWorker(self._pools[index], self._slots[index], done)
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._pools, self._slots, self._queued = [], [], []
+
+
+class LargeWorker:
+    """One worker process, held for the two phases of one request."""
+
+    def __init__(self, pool: ProcessPoolExecutor, slot: asyncio.Lock, done: Callable[[], None]) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.done = done
+        self.key = b""
+
+    async def __aenter__(self) -> LargeWorker:
+        try:
+            await self.slot.acquire()
+        except BaseException:
+            self.done()
+            raise
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.slot.release()
+        self.done()
+
+    async def inspect(self, body: bytes, tenant: str, with_digests: bool) -> Inspected:
+        self.key = body_key(body)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, _inspect, body, tenant, with_digests)
+
+    async def apply(
+        self,
+        *,
+        policy: str,
+        window: int,
+        checkpoint: Checkpoint | None,
+        injected_tokens: int,
+        session: str,
+        client_key: str | None,
+        skip: bool,
+    ) -> Computed:
+        loop = asyncio.get_running_loop()
+        encoded = encode_checkpoint(checkpoint) if checkpoint is not None else None
+        return await loop.run_in_executor(
+            self.pool, _apply, self.key, policy, window, encoded, injected_tokens, session, client_key, skip
+        )
