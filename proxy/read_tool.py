@@ -225,7 +225,7 @@ def render(
             )
         else:
             notes.append(
-                "No room is left in the context window for this output: answer with what you have, "
+                "No room is left in the context window for this output: go on with what you have, "
                 "or ask for fewer lines (num_lines) or a narrower pattern."
             )
     text = "\n".join([header, *body, *(f"[{note}]" for note in notes)])

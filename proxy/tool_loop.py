@@ -2,8 +2,9 @@
 
 When the upstream's answer calls ``read_tool_output``, the proxy runs the reads against the
 store, appends the call and its results to the messages and asks the upstream again, up to
-``max_rounds`` rounds; the last round is sent with ``tool_choice: none`` so it ends in an
-answer. The client receives only the final answer, with usage summed over all rounds.
+``max_rounds`` rounds; the last round is sent without the read tool, so it ends in an answer
+or in a call of the agent's own tools (the agent's loop goes on as it would without the
+proxy). The client receives only the final answer, with usage summed over all rounds.
 
 **Every round fits the window.** A read result gets at most the tokens left under the window
 after the round's messages, the tool schemas and the answer's reserve (the request's
@@ -52,8 +53,11 @@ from proxy.upstream import Upstream, failure_kind, upstream_failure
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # Tokens a tool message costs beyond its content (framing, role, the call id).
 _RESULT_OVERHEAD = 16
-# Below this many tokens of room, a read returns nothing but the advice to answer.
+# Below this many tokens of room, a read returns nothing but the advice to go on without it.
 _MIN_READ_TOKENS = 48
+# The room a read's "no room" answer needs; with less, the calls are dropped unanswered.
+_SHORT_RESULT_TOKENS = 32
+_NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +111,21 @@ class ReadLoop:
         window: int,
         reserve: int,
         limits: LoopLimits,
+        requested: int = 0,
     ) -> None:
+        """``reserve``: tokens kept for the answer (at least the request's own ``max_tokens``);
+        ``requested``: the answer length the request asks for (0: none)."""
         self.body = body
+        self.requested = requested
         self.counter = counter
         self.encoding = counter.encoding_for(body.get("model"))
         self.window = window
         self.reserve = reserve
         self.limits = limits
         self.result = LoopResult()
-        self.exhausted = False  # a limit was reached: the next round must answer
+        self.exhausted = False  # a limit was reached: the next round goes without the read tool
+        # Whether the client itself sent tools (the read tool was added to them).
+        self.client_tools = any(not is_internal_tool(t) for t in body.get("tools") or [])
         self._previous: dict[str, Any] | None = None  # the body before the last reads
 
     @property
@@ -124,18 +134,18 @@ class ReadLoop:
         return self.window - self.reserve
 
     def next_request(self) -> dict[str, Any]:
-        """The body of the next round (the last allowed one answers with ``tool_choice: none``).
-        A round whose reads came out larger than the room they were given (counting is done
-        per piece) is sent without them: the model answers from what it had."""
-        tokens = self.counter.count_request(self.body).total
-        if tokens > self.budget and self._previous is not None:
+        """The body of the next round. The last allowed one goes without the read tool: the
+        model then answers, or calls the agent's own tools (``tool_choice: none`` would forbid
+        those, and an agent takes a text answer for the end of its task). A round whose reads
+        came out larger than the room they were given (counting is done per piece) is sent
+        without them: the model goes on from what it had."""
+        if self.counter.count_request(self.body).total > self.hard_budget and self._previous is not None:
             self.body, self._previous = self._previous, None
             self.exhausted = True
-            tokens = self.counter.count_request(self.body).total
         body = self.body
         if self.result.rounds >= self.limits.max_rounds or self.exhausted:
-            body = {**body, "tool_choice": "none"}
-        self.result.round_tokens.append(tokens)
+            body = without_read_tool(body, self.client_tools)
+        self.result.round_tokens.append(self.counter.count_request(body).total)
         return body
 
     def wants_reads(self, calls: list[Any]) -> list[Any]:
@@ -145,12 +155,19 @@ class ReadLoop:
             return []
         return internal
 
-    def room_per_read(self, assistant: dict[str, Any], calls: int) -> int:
+    @property
+    def hard_budget(self) -> int:
+        """What a round may never exceed: the window less the answer the client asked for (and
+        half the policy's reserve for counting differences). Only the short answers that tell
+        the model a read did not fit may use the room between the two budgets."""
+        return self.window - max(self.reserve // 2, self.requested)
+
+    def room_per_read(self, assistant: dict[str, Any], calls: int, *, hard: bool = False) -> int:
         """Tokens one read result may hold so the next round stays within the window."""
         base = self.counter.count_request(
             {**self.body, "messages": [*self.body["messages"], assistant]}
         ).total
-        room = self.window - self.reserve - base - calls * _RESULT_OVERHEAD
+        room = (self.hard_budget if hard else self.budget) - base - calls * _RESULT_OVERHEAD
         return max(0, min(self.limits.read.max_result_tokens, room // max(1, calls)))
 
     def add_round(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> None:
@@ -159,9 +176,22 @@ class ReadLoop:
         self.body = {**self.body, "messages": [*self.body["messages"], assistant, *results]}
 
     def skip_round(self) -> None:
-        """The answer's reads do not fit at all: ask again without them, for an answer."""
+        """The answer's reads do not fit at all: ask again without them and without the tool."""
         self.result.rounds += 1
         self.exhausted = True
+
+
+def is_internal_tool(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return isinstance(function, dict) and function.get("name") == TOOL_NAME
+
+
+def without_read_tool(body: dict[str, Any], client_tools: bool) -> dict[str, Any]:
+    """``body`` as the client sent it as far as tools go: the read tool removed (and with it
+    the ``tools`` list when the client had none)."""
+    if client_tools:
+        return {**body, "tools": [t for t in body.get("tools") or [] if not is_internal_tool(t)]}
+    return {k: v for k, v in body.items() if k not in ("tools", "tool_choice", "parallel_tool_calls")}
 
 
 async def resolve_reads(
@@ -173,9 +203,17 @@ async def resolve_reads(
     allowed = calls[: limits.max_calls_per_answer]
     room = loop.room_per_read(assistant, len(calls))
     if room < _MIN_READ_TOKENS:
-        # Not even a short result per call fits under the window: no read this time.
+        # No room for content: every call still gets a short answer when that fits the window,
+        # and the next round goes without the read tool.
+        if loop.room_per_read(assistant, len(calls), hard=True) < _SHORT_RESULT_TOKENS:
+            # Not even that: asked again without the calls (there is no room to say why).
+            loop.result.reads.extend("no_room" for _ in calls)
+            loop.skip_round()
+            return
+        results = [{"role": "tool", "tool_call_id": call.get("id"), "content": _NO_ROOM} for call in calls]
         loop.result.reads.extend("no_room" for _ in calls)
-        loop.skip_round()
+        loop.exhausted = True
+        loop.add_round(assistant, results)
         return
     results = []
     for position, call in enumerate(calls):
@@ -190,7 +228,7 @@ async def resolve_reads(
         loop.result.reads.append(outcome.outcome)
         loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
         results.append({"role": "tool", "tool_call_id": call.get("id"), "content": outcome.text})
-    if loop.result.bytes_read >= limits.max_total_bytes:
+    if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS:
         loop.exhausted = True
     loop.add_round(assistant, results)
 
@@ -229,14 +267,11 @@ async def read_saved_output(
     if bytes_read >= limits.max_total_bytes:
         return ReadResult(
             f"Error: this answer has read {bytes_read} bytes of saved outputs, the limit per request; "
-            "answer with what you have.",
+            "go on with what you have.",
             "limited",
         )
     if room < _MIN_READ_TOKENS:
-        return ReadResult(
-            "Error: no room is left in the context window for more saved output; answer with what you have.",
-            "truncated",
-        )
+        return ReadResult(_NO_ROOM, "no_room")
     try:
         stored = await store.get_output(tenant, args.handle)
     except Exception:  # the store is down: the model is told, the request goes on

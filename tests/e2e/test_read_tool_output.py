@@ -119,9 +119,9 @@ def test_paging_unknown_handle_and_round_limit(start_proxy: Any, upstream: FakeU
     assert len(requests) == 4
     assert "lines 290-294 of 300" in last_tool_result(requests[1])
     assert "no saved output with handle 'out_0000000000000000'" in last_tool_result(requests[2])
-    # The last allowed round is sent with tool_choice none, so it ends in an answer.
-    assert requests[3].json()["tool_choice"] == "none"
-    assert "tool_choice" not in requests[2].json()
+    # The last allowed round goes without the read tool (the agent's own tools stay usable).
+    assert [t["function"]["name"] for t in requests[2].json()["tools"]] == ["read_tool_output"]
+    assert "tools" not in requests[3].json() and "tool_choice" not in requests[3].json()
 
 
 def test_mixed_internal_and_agent_calls(start_proxy: Any, upstream: FakeUpstream) -> None:
