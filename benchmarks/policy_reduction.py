@@ -49,7 +49,7 @@ async def replay(
             totals["before"] += outcome.tokens_before
             totals["after"] += outcome.tokens_after
             totals["points"] += outcome.trigger is not None
-            totals["summaries"] += "summary" in outcome.details
+            totals["summaries"] += outcome.facts.summary is not None
             if previous is not None and outcome.trigger is None:
                 # Between compaction points the prefix the upstream sees must only grow.
                 totals["transitions"] += 1

@@ -125,8 +125,3 @@ class Digests:
         for message in messages:
             digest.update(self.message(message).encode())
         return digest.hexdigest()
-
-
-def content_handle(content: str) -> str:
-    """Content-addressed handle of an offloaded output: the same output, the same handle."""
-    return "out_" + hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()

@@ -19,6 +19,7 @@ import msgspec
 
 from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, actions_of
 from policies.conversation import Message, message_text, parse, result_id, role
+from policies.handles import mention
 from policies.shell_commands import exit_code
 
 MAX_GOAL_CHARS = 6000
@@ -115,7 +116,7 @@ class Ledger(msgspec.Struct, frozen=True):
             shown_handles = self.handles[-MAX_HANDLES:]
             if len(self.handles) > len(shown_handles):
                 lines.append(f"- ... {len(self.handles) - len(shown_handles)} earlier saved outputs")
-            lines += [f"- handle={h}" for h in shown_handles]
+            lines += [f"- {mention(h)}" for h in shown_handles]
         return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ import msgspec
 
 from policies.conversation import Message, message_text, parse, role, system_prefix_end
 from policies.digests import Digests
+from policies.facts import StageFacts
 from policies.ledger import Ledger
 from policies.summarizer import Summarizer
 from policies.tokens import REPLY_PRIMING, TokenCounter
@@ -145,7 +146,7 @@ class View:
     origin: list[int]
     checkpoint: Checkpoint
     mechanisms: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
+    facts: StageFacts = field(default_factory=StageFacts)
     offloads: dict[str, Offload] = field(default_factory=dict)
     changed: bool = False
     # Set by a trigger stage: this request is a compaction point, stages may make new decisions.
@@ -211,7 +212,7 @@ class PolicyOutcome:
     tokens_after: int
     mechanisms: tuple[str, ...] = ()
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
-    details: Mapping[str, Any] = field(default_factory=dict)
+    facts: StageFacts = field(default_factory=StageFacts)
     offloads: Mapping[str, Offload] = field(default_factory=dict)
     # The client's messages, for ``problems()``: malformed input is reported on demand.
     original: Sequence[Message] = ()
@@ -240,7 +241,7 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
             head_origin = [*range(at), -1, *checkpoint.pinned]
             start = end
         else:
-            view.details["checkpoint_dropped"] = "client history diverged from the summarized range"
+            view.facts.checkpoint_dropped = "client history diverged from the summarized range"
             view.checkpoint = Checkpoint(requests=checkpoint.requests)
             return
     if checkpoint.guidance is not None:
@@ -333,13 +334,13 @@ class Policy:
         after = view.tokens(ctx) if view.changed else counted.total
         if after > counted.total:
             # A summary can outweigh a short history: never send more than the client did.
-            view.details["reverted"] = f"view had {after} tokens, more than the request's {counted.total}"
+            view.facts.reverted = f"view had {after} tokens, more than the request's {counted.total}"
             return PolicyOutcome(
                 None,
                 counted.total,
                 counted.total,
                 checkpoint=checkpoint,
-                details=view.details,
+                facts=view.facts,
                 original=messages,
                 # The client's request goes out as it is: a layout change, reported as such.
                 trigger="reverted" if checkpoint.summary or checkpoint.placeholders or view.trigger else None,
@@ -350,7 +351,7 @@ class Policy:
             tokens_after=after,
             mechanisms=tuple(view.mechanisms),
             checkpoint=view.checkpoint,
-            details=view.details,
+            facts=view.facts,
             offloads=view.offloads,
             original=messages,
             trigger=view.trigger,

@@ -60,9 +60,9 @@ def build_event(
 ) -> dict[str, Any]:
     """``messages_after`` and ``offloaded_bytes`` default to what ``outcome`` holds; the proxy
     passes them because it drops the view and the offloaded texts before the upstream wait."""
-    details = outcome.details
-    trigger: dict[str, Any] = details["trigger"] if isinstance(details.get("trigger"), dict) else {}
-    summary = details.get("summary") if isinstance(details.get("summary"), dict) else None
+    facts = outcome.facts
+    trigger = facts.trigger
+    summary = facts.summary
     summary_message = outcome.checkpoint.summary if summary else None
     summary_text = summary_message.get("content") if summary_message else None
     event: dict[str, Any] = {
@@ -79,9 +79,9 @@ def build_event(
         "policy_config_hash": policy_hash,
         "mechanisms": list(outcome.mechanisms),
         "trigger": outcome.trigger,
-        "threshold": trigger.get("threshold"),
-        "window": trigger.get("window"),
-        "limited": trigger.get("limited"),
+        "threshold": trigger.threshold if trigger else None,
+        "window": trigger.window if trigger else None,
+        "limited": trigger.limited if trigger else None,
         "tokens_before": outcome.tokens_before,
         "tokens_after": outcome.tokens_after,
         "messages_before": messages_before,
@@ -96,13 +96,13 @@ def build_event(
             if offloaded_bytes is not None
             else sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
         ),
-        "checkpoint_dropped": details.get("checkpoint_dropped"),
+        "checkpoint_dropped": facts.checkpoint_dropped,
         # A session forked from another (a parallel run of the task, an edited history).
         "session_fork": session_fork,
         "parent_range": None,
         "summary": None,
         "read_tool_output": None,
-        "details": {k: v for k, v in details.items() if k not in ("summary", "trigger")},
+        "details": {k: v for k, v in facts.to_event().items() if k not in ("summary", "trigger")},
         "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
         # At a compaction point the view itself (zlib, base64): the event alone then holds
         # exactly what was sent; between points, checkpoint + the client's history rebuild it.
@@ -113,18 +113,18 @@ def build_event(
         ),
     }
     if summary is not None:
-        event["parent_range"] = {"messages": summary.get("covered"), "digest": summary.get("covered_digest")}
+        event["parent_range"] = {"messages": list(summary.covered), "digest": summary.covered_digest}
         event["summary"] = {
             "hash": hashlib.blake2b(str(summary_text).encode(), digest_size=16).hexdigest()
             if summary_text
             else None,
-            "model": summary.get("model"),
-            "prompt_family": summary.get("prompt_family"),
-            "prompt_version": summary.get("prompt_version"),
-            "input_tokens": summary.get("input_tokens"),
-            "output_tokens": summary.get("output_tokens"),
-            "seconds": summary.get("seconds"),
-            "fallback_reason": summary.get("fallback_reason"),
+            "model": summary.model,
+            "prompt_family": summary.prompt_family,
+            "prompt_version": summary.prompt_version,
+            "input_tokens": summary.input_tokens,
+            "output_tokens": summary.output_tokens,
+            "seconds": summary.seconds,
+            "fallback_reason": summary.fallback_reason,
         }
     if reads is not None:
         event["read_tool_output"] = {

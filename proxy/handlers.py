@@ -23,6 +23,7 @@ import structlog
 
 from policies.conversation import shape_problem
 from policies.digests import Digests
+from policies.handles import names_a_handle
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome, requested_answer_tokens
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
@@ -37,7 +38,7 @@ from proxy.forwarding import (
 )
 from proxy.large_requests import LargeRequests, LargeWorker
 from proxy.metrics import Metrics
-from proxy.read_tool import ReadLimits, names_a_handle, tool_schema
+from proxy.read_tool import ReadLimits, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.session_index import BranchIndex, Resolution
 from proxy.sessions import (
@@ -404,7 +405,7 @@ class ProxyHandler:
         exchange.mechanisms = outcome.mechanisms
         exchange.trigger = outcome.trigger
         # A client history that diverged from its checkpoint (edited or truncated) is recorded.
-        exchange.checkpoint_dropped = "checkpoint_dropped" in outcome.details
+        exchange.checkpoint_dropped = outcome.facts.checkpoint_dropped is not None
         chat_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
         chat_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
         if outcome.trigger is not None:
@@ -873,15 +874,13 @@ class ProxyHandler:
         if outcome.offloads:
             m.offloaded.labels(exchange.policy).inc(len(outcome.offloads))
             m.offloaded_bytes.labels(exchange.policy).inc(exchange.offloaded_bytes)
-        summary = outcome.details.get("summary")
-        if isinstance(summary, dict):
+        summary = outcome.facts.summary
+        if summary is not None:
             result = (
-                "fallback"
-                if summary.get("fallback_reason")
-                else ("ledger" if summary.get("model") == "ledger" else "ok")
+                "fallback" if summary.fallback_reason else ("ledger" if summary.model == "ledger" else "ok")
             )
             m.summaries.labels(result).inc()
-            m.summary_seconds.observe(float(summary.get("seconds") or 0.0))
+            m.summary_seconds.observe(summary.seconds)
         version, config_hash = self._policy_meta.get(exchange.policy, ("", ""))
         event = build_event(
             request_id=exchange.request_id,

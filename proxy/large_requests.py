@@ -30,6 +30,7 @@ import orjson
 
 from policies.conversation import shape_problem
 from policies.digests import Digests
+from policies.facts import LargeRequestFact, StageFacts
 from policies.pipeline import Checkpoint, Offload, Policy, PolicyOutcome, build_policies
 from policies.tokens import TokenCounter
 from proxy.memory import malloc_trim
@@ -66,7 +67,7 @@ class Computed:
     tokens_after: int
     mechanisms: tuple[str, ...]
     trigger: str | None
-    details: dict[str, Any]
+    facts: StageFacts
     offloads: list[tuple[str, str, str]]
     checkpoint: bytes
     view: bytes | None  # the whole body to send, or None: the client's bytes go as they are
@@ -80,7 +81,7 @@ class Computed:
             tokens_after=self.tokens_after,
             mechanisms=self.mechanisms,
             checkpoint=decode_checkpoint(self.checkpoint),
-            details=self.details,
+            facts=self.facts,
             offloads={h: Offload(h, content, description) for h, content, description in self.offloads},
             trigger=self.trigger,
         )
@@ -206,7 +207,7 @@ def _apply(
         tokens_after=outcome.tokens_after,
         mechanisms=outcome.mechanisms,
         trigger=outcome.trigger,
-        details={**outcome.details, "large_request": {"worker_process": True}},
+        facts=msgspec.structs.replace(outcome.facts, large_request=LargeRequestFact()),
         offloads=[(o.handle, o.content, o.description) for o in outcome.offloads.values()],
         checkpoint=encode_checkpoint(outcome.checkpoint),
         view=view,

@@ -20,11 +20,10 @@ from typing import Any
 import orjson
 import re2
 
-from policies.conversation import Message, message_text
+from policies.handles import normalize
 from policies.tokens import TokenCounter
 
 TOOL_NAME = "read_tool_output"
-HANDLE_MARK = "handle=out_"
 MAX_MATCHES = 50
 CONTEXT_LINES = 2
 MAX_PATTERN_CHARS = 500
@@ -66,10 +65,6 @@ def tool_schema(max_lines: int) -> dict[str, Any]:
     }
 
 
-def names_a_handle(messages: list[Message]) -> bool:
-    return any(HANDLE_MARK in message_text(m) for m in messages)
-
-
 def is_internal(call: Any) -> bool:
     function = call.get("function") if isinstance(call, dict) else None
     return isinstance(function, dict) and function.get("name") == TOOL_NAME
@@ -102,7 +97,7 @@ def parse_arguments(arguments: Any, max_lines: int) -> ReadArguments:
         raise BadArguments("Error: the arguments are not valid JSON.") from None
     if not isinstance(args, dict) or not isinstance(args.get("handle"), str):
         raise BadArguments("Error: `handle` (a string) is required.")
-    handle = args["handle"].strip().removeprefix("handle=")
+    handle = normalize(args["handle"])
     pattern = args.get("pattern")
     if isinstance(pattern, str) and pattern:
         if len(pattern) > MAX_PATTERN_CHARS:

@@ -7,16 +7,16 @@ view names, so the model can read it back with ``read_tool_output``. ``lost``: o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import orjson
 
 from policies.conversation import Message, message_text
+from policies.handles import PATTERN
 from replay.questions import strings_in
 
 SURVIVAL_STATES = ("visible", "recoverable", "lost")
-HANDLE_PATTERN = re.compile(r"\bhandle=['\"]?(out_[0-9a-f]{16})")
+HANDLE_PATTERN = PATTERN
 
 
 def message_texts(message: Message) -> list[str]:

@@ -14,6 +14,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import parse
+from policies.facts import AutoCompactFact
 from policies.pipeline import Context, View
 from policies.stages.summary_state import (
     compact_range,
@@ -43,10 +44,12 @@ class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         current = summary_index(view)
         first_new = current + 1 if current is not None else view_index_of(view, conversation.prefix_end)
         if cut <= first_new:
-            view.details["auto_compact"] = {"skipped": "nothing before the last user message to summarize"}
+            view.facts.auto_compact = AutoCompactFact(
+                skipped="nothing before the last user message to summarize"
+            )
             return view
         if is_thrashing(view.checkpoint) and view.tokens(ctx) <= over_window_at(ctx):
-            view.details["auto_compact"] = {"skipped": "re-triggering too often; limited"}
+            view.facts.auto_compact = AutoCompactFact(skipped="re-triggering too often; limited")
             return view
         view.trigger = view.trigger or "threshold"
         await compact_range(
@@ -59,5 +62,5 @@ class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             goal=None,
             pinned=ctx.pins.pinned_steps(view.original),
         )
-        view.details["auto_compact"] = {"trigger": self.trigger, "window": ctx.window}
+        view.facts.auto_compact = AutoCompactFact(trigger=self.trigger, window=ctx.window)
         return view

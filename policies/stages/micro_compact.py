@@ -18,6 +18,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import message_text, parse, role
+from policies.facts import MicroCompactFact
 from policies.pipeline import Context, View
 
 PLACEHOLDER = "[Old tool result content cleared]"
@@ -57,5 +58,5 @@ class MicroCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if cleared:
             view.replace_messages(messages, self.name, origin=list(view.origin))
             view.checkpoint = replace(view.checkpoint, placeholders=placeholders)
-            view.details["micro_compact"] = {"cleared": cleared}
+            view.facts.micro_compact = MicroCompactFact(cleared=cleared)
         return view

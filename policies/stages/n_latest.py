@@ -13,6 +13,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import parse
+from policies.facts import NLatestFact
 from policies.pipeline import Context, View
 from policies.stages.common import first_safe_cut_at_or_after
 
@@ -54,7 +55,7 @@ class NLatest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 cut = nxt
         keep_question = [messages[question]] if start <= question < cut else []
         retained = len(messages) - cut + len(keep_question)
-        view.details["n_latest"] = {"n": self.n, "retained_history_messages": retained - len(keep_question)}
+        view.facts.n_latest = NLatestFact(n=self.n, retained_history_messages=retained - len(keep_question))
         if cut == start:
             return view
         view.replace_messages([*messages[:start], *keep_question, *messages[cut:]], self.name)

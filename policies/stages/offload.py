@@ -22,22 +22,10 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import message_text, parse
-from policies.digests import content_handle
+from policies.facts import OffloadFact
+from policies.handles import is_placeholder, new_handle, placeholder_text
 from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, output_indices
-
-PLACEHOLDER_PREFIX = "[Output saved outside the context: handle="
-
-
-def placeholder_text(handle: str, description: str) -> str:
-    return (
-        f"{PLACEHOLDER_PREFIX}{handle}]\n{description}\n"
-        f"Read it with read_tool_output(handle={handle!r}, start_line, num_lines, pattern)."
-    )
-
-
-def is_placeholder(text: str) -> bool:
-    return text.startswith(PLACEHOLDER_PREFIX)
 
 
 class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -85,7 +73,7 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             )
             if not (large or cleared):
                 continue
-            handle = content_handle(text)
+            handle = new_handle(text)
             name, target = action_of(messages, index, calls)
             description = describe(name, target, text)
             view.offloads[handle] = Offload(handle=handle, content=text, description=description)
@@ -97,6 +85,6 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if offloaded:
             view.replace_messages(replaced, self.name, origin=list(view.origin))
             view.remember_replacements(placeholders)
-            view.details["offload"] = {"outputs": offloaded, "handles": list(view.offloads)}
+            view.facts.offload = OffloadFact(outputs=offloaded, handles=tuple(view.offloads))
             view.decided = True
         return view

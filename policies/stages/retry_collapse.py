@@ -16,7 +16,8 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import Step, message_text, parse
-from policies.digests import content_handle
+from policies.facts import RetryCollapseFact
+from policies.handles import mention, new_handle
 from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
 
@@ -68,9 +69,9 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                     drop.update(range(step.start, step.end))
                     text = message_text(messages[output])
                     if text and action is not None:
-                        handle = content_handle(text)
+                        handle = new_handle(text)
                         view.offloads[handle] = Offload(handle, text, describe(action[0], action[1], text))
-                        saved.append(f"handle={handle}")
+                        saved.append(mention(handle))
                 first_error = next(
                     (
                         line.strip()
@@ -104,6 +105,6 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         view.replace_messages(kept, self.name, origin=origin)
         view.checkpoint = replace(view.checkpoint, dropped=frozenset(dropped))
         view.remember_replacements(placeholders)
-        view.details["retry_collapse"] = {"chains": len(notes), "dropped_messages": len(drop)}
+        view.facts.retry_collapse = RetryCollapseFact(chains=len(notes), dropped_messages=len(drop))
         view.decided = True
         return view

@@ -16,6 +16,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import message_text, parse
+from policies.facts import SummarizeFact
 from policies.pipeline import Context, View
 from policies.stages.common import first_safe_cut_at_or_after
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
@@ -57,7 +58,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if not view.compacting:
             return view
         if view.tokens(ctx) <= self.target * ctx.window:
-            view.details["summarize"] = {"skipped": "target reached without a summary"}
+            view.facts.summarize = SummarizeFact(skipped="target reached without a summary")
             return view
         original = parse(view.original)
         anchor = (
@@ -67,7 +68,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         first_new = current + 1 if current is not None else view_index_of(view, anchor)
         cut = self._cut(view, ctx, first_new)
         if cut <= first_new:
-            view.details["summarize"] = {"skipped": "nothing older than the retained tail"}
+            view.facts.summarize = SummarizeFact(skipped="nothing older than the retained tail")
             return view
         # The ledger's goal is the conversation's task, never the first message of the range.
         goal = message_text(view.original[original.first_user]) if original.first_user >= 0 else None
@@ -85,5 +86,5 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             pinned=pinned,
             task_kept=self.keep_task and original.first_user >= 0,
         )
-        view.details["summarize"] = {"retained_tail": self.retained_tail, "step_aware": self.step_aware}
+        view.facts.summarize = SummarizeFact(retained_tail=self.retained_tail, step_aware=self.step_aware)
         return view

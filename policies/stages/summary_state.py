@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 from policies.conversation import Message
+from policies.facts import SummaryFact
 from policies.ledger import build_ledger
 from policies.pipeline import Checkpoint, Context, View
 from policies.stages.common import summary_content
@@ -128,14 +129,14 @@ async def compact_range(
         handles=tuple(dict.fromkeys(handles)),
     )
     view.decided = True
-    view.details["summary"] = {
-        "model": result.model,
-        "prompt_family": result.prompt_family,
-        "prompt_version": result.prompt_version,
-        "input_tokens": result.input_tokens,
-        "output_tokens": result.output_tokens,
-        "seconds": round(result.seconds, 4),
-        "fallback_reason": result.fallback_reason,
-        "covered": [start_orig, end_orig],
-        "covered_digest": view.checkpoint.covered_digest,
-    }
+    view.facts.summary = SummaryFact(
+        model=result.model,
+        prompt_family=result.prompt_family,
+        prompt_version=result.prompt_version,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        seconds=round(result.seconds, 4),
+        fallback_reason=result.fallback_reason,
+        covered=(start_orig, end_orig),
+        covered_digest=view.checkpoint.covered_digest,
+    )

@@ -17,14 +17,13 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import Message, message_text, parse, role
-from policies.digests import content_handle
+from policies.facts import SafeguardFact
+from policies.handles import EXCERPT_PREFIX, PLACEHOLDER_PREFIX, excerpt_text, new_handle
 from policies.pipeline import Context, Offload, View
 from policies.stages.common import SUMMARY_HEADER
-from policies.stages.offload import PLACEHOLDER_PREFIX
 from policies.stages.outputs import action_of, calls_by_id, describe
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
 
-EXCERPT_PREFIX = "[Output cut to fit the context window: handle="
 # A cut message keeps at least this many tokens of its text.
 MIN_EXCERPT_TOKENS = 256
 
@@ -41,14 +40,6 @@ def excerpt(text: str, keep_chars: int) -> tuple[str, str, int]:
         tail = tail[tail.index("\n") + 1 :]
     omitted = text[len(head) : len(text) - len(tail)].count("\n")
     return head, tail, omitted
-
-
-def excerpt_text(handle: str, description: str, head: str, tail: str, omitted: int) -> str:
-    return (
-        f"{EXCERPT_PREFIX}{handle}]\n{description}\n--- start ---\n{head}\n"
-        f"[... {omitted} lines omitted ...]\n{tail}\n--- end ---\n"
-        f"Read all of it with read_tool_output(handle={handle!r}, start_line, num_lines, pattern)."
-    )
 
 
 class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -111,12 +102,12 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         cut = 0
         if total > budget:
             total, cut = self._cut_largest(view, ctx, total, budget)
-        view.details["token_safeguard"] = {
-            "dropped_messages": 0 if folded else len(drop),
-            "summarized_messages": len(drop) if folded else 0,
-            "cut_messages": cut,
-            "over_budget": total > budget,
-        }
+        view.facts.token_safeguard = SafeguardFact(
+            dropped_messages=0 if folded else len(drop),
+            summarized_messages=len(drop) if folded else 0,
+            cut_messages=cut,
+            over_budget=total > budget,
+        )
         return view
 
     async def _fold(self, view: View, ctx: Context, drop: set[int]) -> bool:
@@ -182,7 +173,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 text = message_text(view.original[source])
             goal = max(MIN_EXCERPT_TOKENS, counts[index] - (total - budget))
             keep_chars = max(200, len(text) * goal // max(1, counts[index]))
-            handle = content_handle(text)
+            handle = new_handle(text)
             name, target = action_of(messages, index, calls) if role(message) == "tool" else ("user", "")
             description = describe(name or "output", target, text)
             # Tokens per character vary along a text: shrink until the excerpt meets its goal.

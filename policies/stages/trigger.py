@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import msgspec
+from msgspec.structs import replace
 
+from policies.facts import TriggerFact
 from policies.pipeline import Context, View
 from policies.stages.summary_state import is_thrashing, over_window_at
 
@@ -26,22 +28,22 @@ class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     async def apply(self, view: View, ctx: Context) -> View:
         tokens = view.tokens(ctx)
-        view.details["trigger"] = {
-            "tokens": tokens,
-            "threshold": int(self.high * ctx.window),
-            "window": ctx.window,
-        }
+        view.facts.trigger = TriggerFact(
+            tokens=tokens, threshold=int(self.high * ctx.window), window=ctx.window
+        )
         if view.compacting:
             return view
         if tokens <= self.high * ctx.window:
             return view
         if is_thrashing(view.checkpoint):
             if tokens <= over_window_at(ctx):
-                view.details["trigger"]["limited"] = "re-triggering too often"
+                view.facts.trigger = replace(view.facts.trigger, limited="re-triggering too often")
                 return view
             # Limiting now would leave the view over the window, and the token safeguard would
             # drop whole steps without a trace: a compaction (summary + ledger) loses less.
-            view.details["trigger"]["limited"] = "overridden: the view is over the window"
+            view.facts.trigger = replace(
+                view.facts.trigger, limited="overridden: the view is over the window"
+            )
         view.compacting = True
         view.trigger = "repeated" if view.checkpoint.compactions else "threshold"
         return view

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from policies.conversation import message_text, parse
+from policies.handles import is_placeholder
 from policies.ledger import build_ledger
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policy
 from policies.stages.micro_compact import PLACEHOLDER
-from policies.stages.offload import is_placeholder
 from policies.summarizer import SummaryRequest, SummaryResult
 from policies.tokens import TokenCounter
 
@@ -82,7 +82,7 @@ def test_n_latest_keeps_system_and_question_outside_the_count_and_never_splits_a
     view = view_of(outcome, history)
     # 5 messages back from the end lands on a tool result: the cut moves forward to the call.
     assert view == [SYSTEM, TASK, *history[-4:]]
-    assert outcome.details["n_latest"]["retained_history_messages"] == 4
+    assert outcome.facts.n_latest.retained_history_messages == 4
     assert parse(view).problems == ()
 
 
@@ -109,7 +109,7 @@ def test_safeguard_cuts_an_output_larger_than_the_window_to_an_excerpt_with_a_ha
         view = view_of(outcome, history)
         assert outcome.tokens_before > 8_192
         assert outcome.tokens_after <= 8_192 - 1024
-        assert outcome.details["token_safeguard"]["over_budget"] is False
+        assert outcome.facts.token_safeguard.over_budget is False
         text = message_text(view[-1])
         assert text.startswith("[Output cut to fit the context window: handle=out_")
         # First and last lines are kept; the whole output is saved under the named handle.
@@ -182,7 +182,7 @@ def test_a_diverged_history_drops_the_checkpoint() -> None:
     assert first.checkpoint.summary is not None
     edited = [*history[:3], result("a", "edited by the agent"), history[4]]
     second = apply(policy, edited, 100_000, checkpoint=first.checkpoint)
-    assert second.details["checkpoint_dropped"]
+    assert second.facts.checkpoint_dropped
     assert second.messages is None  # small again: sent as the client sent it
 
 
@@ -336,9 +336,9 @@ def test_thrash_is_limited_while_the_view_fits() -> None:
         return await Trigger(high=0.8).apply(view, ctx)
 
     fits = asyncio.run(trigger(int(tokens / 0.85)))  # over 0.8 x window, under window - 1024
-    assert not fits.compacting and fits.details["trigger"]["limited"] == "re-triggering too often"
+    assert not fits.compacting and fits.facts.trigger.limited == "re-triggering too often"
     over = asyncio.run(trigger(tokens + 500))  # no room left for the answer
-    assert over.compacting and over.details["trigger"]["limited"].startswith("overridden")
+    assert over.compacting and over.facts.trigger.limited.startswith("overridden")
 
 
 def test_a_limited_session_compacts_rather_than_drop_steps_without_a_trace() -> None:

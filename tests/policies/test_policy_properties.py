@@ -59,7 +59,7 @@ def test_policy_properties(name: str, messages: list[Any]) -> None:
             check_view(messages, view)
         except AssertionError as error:
             raise AssertionError(
-                f"{name} window={window} {outcome.mechanisms} {outcome.details}: {error}"
+                f"{name} window={window} {outcome.mechanisms} {outcome.facts}: {error}"
             ) from None
         assert outcome.tokens_after <= outcome.tokens_before
         again = run(policy, messages, window)

@@ -155,7 +155,7 @@ async def test_a_failing_summarizer_falls_back_to_the_ledger_inside_a_policy() -
         summarizer=summarizer.for_session("s"),
     )
     await summarizer.aclose()
-    assert outcome.details["summary"]["fallback_reason"] == "summarizer answered HTTP 500"
+    assert outcome.facts.summary.fallback_reason == "summarizer answered HTTP 500"
     summary = outcome.messages[1]["content"]  # type: ignore[index]
     assert "1 failed, 49 passed in 8.42s" in summary and "pytest -q` -> 1" in summary
 
