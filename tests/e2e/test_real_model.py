@@ -217,11 +217,17 @@ def assert_ledger_survives(
     ledger = build_ledger(messages, first_covered, end)
     identifiers = [f.path for f in ledger.files[-40:]]
     identifiers += [" ".join(c.command.split())[:60] for c in ledger.commands[-40:]]
-    identifiers += [*ledger.errors[:40], *ledger.test_summaries[-40:], *ledger.goal.splitlines()[:1]]
+    identifiers += [*ledger.errors[:40], *ledger.test_summaries[-40:]]
     identifiers = [i for i in identifiers if i.strip()]
     assert identifiers
     for identifier in identifiers:
         assert identifier in ledger_text, identifier
+    # The goal is the task: kept verbatim in the view before the summary (the ledger says so).
+    goal = ledger.goal.splitlines()[0]
+    if "kept verbatim above this summary" in ledger_text:
+        assert any(goal in str(m.get("content")) for m in view[: view.index(summary)]), goal
+    else:
+        assert goal in ledger_text, goal
     dropped = [i for i in identifiers if i not in narrative]
     # The small model's own words drop most exact identifiers; the ledger keeps them all.
     print(f"identifiers: {len(identifiers)}, missing from the model's narrative: {len(dropped)}")
