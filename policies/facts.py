@@ -77,7 +77,7 @@ class NLatestFact(_Fact, frozen=True):
 
 
 class LargeRequestFact(_Fact, frozen=True):
-    worker_process: bool = True
+    worker_process: bool
 
 
 class StageFacts(msgspec.Struct, kw_only=True, omit_defaults=True):

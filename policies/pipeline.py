@@ -217,6 +217,10 @@ class PolicyOutcome:
     # The client's messages, for ``problems()``: malformed input is reported on demand.
     original: Sequence[Message] = ()
     trigger: str | None = None
+    # For each message of the view, the index of the client's message it is (or stands for:
+    # a placeholder keeps its original's index), or -1 for one the policy inserted. A dialect
+    # adapter uses it to send untouched items of its wire format exactly as they came.
+    origin: tuple[int, ...] | None = None
 
     @property
     def changed(self) -> bool:
@@ -355,6 +359,7 @@ class Policy:
             offloads=view.offloads,
             original=messages,
             trigger=view.trigger,
+            origin=tuple(view.origin) if view.changed else None,
         )
 
 

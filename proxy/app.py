@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
+import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,18 +12,28 @@ from typing import Any
 import httpx
 import orjson
 import structlog
-from litestar import Litestar, MediaType, Request, Response, get
+from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
-from litestar.params import FromQuery
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
-from proxy.errors import error_body
-from proxy.handlers import ProxyHandler, Receive, Scope, Send
+from policies.windows import ContextWindows
+from proxy.compaction import CompactionService
+from proxy.control import control_routes
+from proxy.dialects import ROUTES, make_dialects
+from proxy.edge import Edge, Receive, Scope, Send
+from proxy.events import EventSink, config_hash
+from proxy.forwarding import UpstreamBase
+from proxy.large_requests import LargeRequests
 from proxy.memory import malloc_trim, trim_forever
-from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.sessions import MemorySessions, credentials, explicit_session, tenant_of
+from proxy.metrics import Metrics
+from proxy.observers import AccessLog, CompactionRecord, Observer, RequestMetrics
+from proxy.read_loop import LoopLimits
+from proxy.read_tool import ReadLimits, tool_schema
+from proxy.route import CompactingRoute
+from proxy.sessions import MemorySessions
 from proxy.settings import Settings, load_settings, policy_specs
+from proxy.shadow import ShadowComparer
 from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
 from proxy.upstream import Upstream
@@ -60,8 +70,9 @@ def create_app(
     summarizer_transport: httpx.AsyncBaseTransport | None = None,
     store: Store | None = None,
 ) -> ProxyApp:
-    """Build the proxy. ``transport`` replaces the upstream network (tests use
-    ``httpx.MockTransport`` or respx); ``counter`` lets callers share a warm counter."""
+    """Build the proxy: the only place that builds its object graph. ``transport`` replaces
+    the upstream network (tests use ``httpx.MockTransport`` or respx); ``counter`` lets callers
+    share a warm counter."""
     counter = counter or TokenCounter(
         default_encoding=settings.tokens.default_encoding,
         model_encodings=settings.tokens.model_encodings,
@@ -83,6 +94,8 @@ def create_app(
         if settings.summarizer.kind == "openai"
         else None
     )
+    store = store or make_store(settings)
+    log = (logger or structlog.get_logger("compaction_proxy")).bind()
     state = AppState(
         settings=settings,
         upstream=upstream,
@@ -91,19 +104,68 @@ def create_app(
         metrics=metrics,
         sessions=sessions,
     )
-    store = store or make_store(settings)
-    handler = ProxyHandler(
-        settings,
-        upstream,
-        counter,
-        policies,
-        metrics,
-        logger=logger,
-        sessions=sessions,
-        summarizer=summarizer,
+    read_schema = tool_schema(settings.read_tool.max_lines)
+    large = LargeRequests(settings)
+    service = CompactionService(
+        counter=counter,
+        windows=ContextWindows(settings.context_windows),
         store=store,
+        sessions=sessions,
+        metrics=metrics,
+        summarizer=summarizer,
+        large=large,
+        record_skipped=settings.events.record_skipped,
+        max_sessions=settings.sessions.max_sessions,
+        injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
     )
-    log = logger or structlog.get_logger("compaction_proxy")
+    dialects = make_dialects()
+    shadow = ShadowComparer(
+        sample_rate=settings.shadow.sample_rate if settings.shadow.compare else 0.0,
+        max_concurrent=settings.shadow.max_concurrent,
+    )
+    route = CompactingRoute(
+        dialects=dialects,
+        policies=policies,
+        default_policy=settings.policy,
+        default_mode=settings.mode,
+        service=service,
+        counter=counter,
+        windows=ContextWindows(settings.context_windows),
+        upstream=upstream,
+        store=store,
+        metrics=metrics,
+        shadow=shadow,
+        loop_limits=loop_limits(settings),
+        read_max_lines=settings.read_tool.max_lines,
+        api_key=settings.upstream.api_key,
+    )
+    events = EventSink(store, settings.events.jsonl_path, log)
+    version = package_version()
+    observers: list[Observer] = [
+        CompactionRecord(
+            metrics=metrics,
+            events=events,
+            shadow=shadow,
+            ask=route.ask_upstream,
+            decide=lambda dialect: dialects[dialect].decision,
+            policy_meta={name: (version, config_hash(spec)) for name, spec in policy_specs(settings).items()},
+            record_skipped=settings.events.record_skipped,
+        ),
+        RequestMetrics(metrics),
+        AccessLog(log),
+    ]
+    edge = Edge(
+        routes=ROUTES,
+        route=route,
+        upstream=upstream,
+        upstream_base=UpstreamBase(settings.upstream.base_url),
+        metrics=metrics,
+        observers=observers,
+        max_body_bytes=settings.server.max_body_bytes,
+        refuse_anonymous=bool(settings.upstream.api_key) and not settings.server.allow_anonymous,
+        api_key=settings.upstream.api_key,
+        logger=log,
+    )
     background: set[asyncio.Task[None]] = set()
 
     async def expire_forever() -> None:
@@ -115,71 +177,6 @@ def create_app(
                 log.info("store_expiry", outputs_expired=cleared)
             except Exception as exc:  # expiry retries at the next interval
                 log.warning("store_expiry_failed", error=type(exc).__name__)
-
-    @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
-    def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
-
-    @get("/readyz", sync_to_thread=False, media_type=MediaType.JSON)
-    def readyz() -> Response[dict[str, str]]:
-        """Readiness: encodings loaded and the state directory usable."""
-        if state.ready.is_set():
-            return Response({"status": "ready"})
-        return Response({"status": "starting"}, status_code=503)
-
-    @get("/v1/compaction/events", media_type=MediaType.JSON)
-    async def compaction_events(
-        request: Request[Any, Any, Any],
-        session: FromQuery[str | None] = None,
-        policy: FromQuery[str | None] = None,
-        since: FromQuery[float] = 0.0,
-        limit: FromQuery[int] = 100,
-        tenant: FromQuery[str | None] = None,
-    ) -> Response[Any]:
-        """Compaction events, oldest first. With an admin token configured it is required and
-        sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
-        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
-        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
-        if settings.server.admin_token:
-            if not hmac.compare_digest(
-                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
-            ):
-                return Response(
-                    orjson.loads(error_body("The admin token is required.", type="authentication_error")),
-                    status_code=401,
-                )
-            scope = tenant
-        else:
-            if (
-                not credentials(raw_headers)
-                and settings.upstream.api_key
-                and not settings.server.allow_anonymous
-            ):
-                # Anonymous clients are refused on the data plane: they own no events either.
-                return Response(
-                    orjson.loads(error_body("An API key is required.", type="authentication_error")),
-                    status_code=401,
-                )
-            scope = tenant_of(raw_headers)
-        if session and not session.startswith("s_"):
-            if scope is None:
-                return Response(
-                    orjson.loads(
-                        error_body("Pass the tenant with an X-Session-Id.", type="invalid_request_error")
-                    ),
-                    status_code=400,
-                )
-            session = explicit_session(scope, session)
-        found = await store.events(
-            scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
-        )
-        return Response({"object": "list", "data": found})
-
-    @get("/metrics", sync_to_thread=False)
-    def metrics_route() -> Response[bytes]:
-        """Prometheus text exposition."""
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     async def on_startup() -> None:
         prepare_state_dir(settings.state_dir)
@@ -208,17 +205,17 @@ def create_app(
     async def on_shutdown() -> None:
         for task in background:
             task.cancel()
-        await asyncio.gather(*background, *handler.background, return_exceptions=True)
-        await asyncio.gather(*handler.shadow.tasks, return_exceptions=True)
-        await handler.events.drain()
-        handler.large.close()
+        await asyncio.gather(*background, *service.background, return_exceptions=True)
+        await asyncio.gather(*shadow.tasks, return_exceptions=True)
+        await events.drain()
+        large.close()
         await store.close()
         await upstream.aclose()
         if summarizer is not None:
             await summarizer.aclose()
 
     app = Litestar(
-        route_handlers=[healthz, readyz, metrics_route, compaction_events],
+        route_handlers=control_routes(settings, store, metrics, state.ready),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         openapi_config=OpenAPIConfig(title="compaction-proxy", version="0.1.0", path="/schema"),
@@ -226,7 +223,30 @@ def create_app(
         debug=False,
     )
     app.state.proxy = state
-    return ProxyApp(app, handler, state)
+    return ProxyApp(app, edge, state)
+
+
+def loop_limits(settings: Settings) -> LoopLimits:
+    reads = settings.read_tool
+    return LoopLimits(
+        max_rounds=reads.max_rounds,
+        max_calls_per_answer=reads.max_calls_per_answer,
+        max_total_bytes=reads.max_total_bytes,
+        read=ReadLimits(
+            max_lines=reads.max_lines,
+            max_line_chars=reads.max_line_chars,
+            max_result_bytes=reads.max_result_bytes,
+            max_result_tokens=reads.max_result_tokens,
+        ),
+        timeout_seconds=reads.timeout_seconds,
+    )
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("compaction-proxy")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
 
 
 def make_store(settings: Settings) -> Store:
@@ -259,14 +279,14 @@ class ProxyApp:
     does not use.
     """
 
-    def __init__(self, control: Litestar, handler: ProxyHandler, state: AppState) -> None:
+    def __init__(self, control: Litestar, edge: Edge, state: AppState) -> None:
         self.control = control
-        self.handler = handler
+        self.edge = edge
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and is_data_plane(scope["path"]):
-            await self.handler(scope, receive, send)
+            await self.edge(scope, receive, send)
         else:
             await self.control(scope, receive, send)  # type: ignore[arg-type]
 

@@ -151,7 +151,14 @@ def _events(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands that live in other packages, registered by name and imported only when asked for,
+# so that `serve` never loads them (a test checks it).
+EXTENSIONS: dict[str, tuple[str, str]] = {
+    "replay": ("replay.cli", "replay recorded trajectories through the proxy (see: replay --help)"),
+}
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compaction-proxy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the proxy")
@@ -176,16 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
     events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
     events.set_defaults(run=_events)
-    # The replay harness's commands; imported lazily so `serve` never loads them.
-    from replay.cli import add_replay_commands, run_command
-
-    add_replay_commands(commands)
-    commands.choices["replay"].set_defaults(run=run_command)
+    wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
+    for name, (module, summary) in EXTENSIONS.items():
+        if wanted == [name]:
+            importlib.import_module(module).register(commands)
+        else:
+            # Listed in --help; the real parser is built when the command is used.
+            commands.add_parser(name, help=summary, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.run(args)
         return code

@@ -31,8 +31,8 @@ import orjson
 import structlog
 
 from policies.pipeline import PolicyOutcome
+from proxy.read_loop import LoopResult
 from proxy.store import Store, encode_checkpoint
-from proxy.tool_loop import LoopResult
 
 SCHEMA_VERSION = 1
 

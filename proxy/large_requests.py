@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -28,11 +27,14 @@ from typing import Any
 import msgspec
 import orjson
 
-from policies.conversation import shape_problem
 from policies.digests import Digests
 from policies.facts import LargeRequestFact, StageFacts
 from policies.pipeline import Checkpoint, Offload, Policy, PolicyOutcome, build_policies
 from policies.tokens import TokenCounter
+from proxy.dialects import make_dialects
+from proxy.dialects.base import Parsed
+from proxy.errors import ProxyError
+from proxy.exchange import dump_json, parse_json
 from proxy.memory import malloc_trim
 from proxy.settings import Settings, policy_specs
 from proxy.store import decode_checkpoint, encode_checkpoint
@@ -54,11 +56,13 @@ class Inspected:
     """What the parent needs to know of a large body before compacting it."""
 
     error: tuple[int, str, str | None] | None = None  # status, message, param
-    head: dict[str, Any] = field(default_factory=dict)  # the body without its messages
+    head: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
     messages: int = 0
     skipped: str | None = None  # lenient JSON or a malformed history: sent as it came
     root: str = ""
     digests: list[str] = field(default_factory=list)
+    stream: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +76,15 @@ class Computed:
     checkpoint: bytes
     view: bytes | None  # the whole body to send, or None: the client's bytes go as they are
 
+    messages: bytes | None  # the view's neutral messages (for the event and the handle check)
+    origin: tuple[int, ...] | None
+
     def outcome(self) -> tuple[PolicyOutcome, dict[str, Any] | None]:
         """The policy outcome the parent goes on with, and the view body parsed (if any)."""
         parsed = orjson.loads(self.view) if self.view is not None else None
         outcome = PolicyOutcome(
-            messages=parsed["messages"] if parsed is not None else None,
+            messages=orjson.loads(self.messages) if self.messages is not None else None,
+            origin=self.origin,
             tokens_before=self.tokens_before,
             tokens_after=self.tokens_after,
             mechanisms=self.mechanisms,
@@ -100,6 +108,8 @@ class _Worker:
         )
         self.counter.warm_up()
         self.policies: dict[str, Policy] = build_policies(policy_specs(settings))
+        self.dialects = make_dialects()
+        self.dialect = "chat"  # of the body parsed last
         self.digests = Digests(counter=self.counter)
         self.loop = asyncio.new_event_loop()
         self.summarizer: Any = None
@@ -109,21 +119,22 @@ class _Worker:
             self.summarizer = OpenAISummarizer(
                 settings.summarizer, base_url=settings.upstream.base_url, api_key=settings.upstream.api_key
             )
-        self._parsed: tuple[bytes, tuple[Any, bool]] | None = None
+        self._parsed: tuple[bytes, Parsed] | None = None
         self.trim = malloc_trim()
 
     def forget(self) -> None:
         self._parsed = None
 
-    def parse(self, body: bytes) -> tuple[Any, bool]:
-        try:
-            parsed: tuple[Any, bool] = (orjson.loads(body), False)
-        except orjson.JSONDecodeError:
-            parsed = (json.loads(body, parse_int=_lenient_int), True)
+    def parse(self, body: bytes, dialect: str) -> Parsed:
+        """Read the body with its dialect (a ``ProxyError`` for one it cannot read)."""
+        self._parsed = None
+        data, lenient = parse_json(body)
+        parsed = self.dialects[dialect].parse(data, lenient)
         self._parsed = (body_key(body), parsed)
+        self.dialect = dialect
         return parsed
 
-    def parsed(self, key: bytes) -> tuple[Any, bool]:
+    def parsed(self, key: bytes) -> Parsed:
         """The body phase one parsed (the parent sends phase two to the same process)."""
         if self._parsed is None or self._parsed[0] != key:
             raise LookupError("phase two reached a worker that did not parse the body")
@@ -138,37 +149,28 @@ def _init(settings_json: bytes) -> None:
     _worker = _Worker(msgspec.json.decode(settings_json, type=Settings))
 
 
-def _lenient_int(digits: str) -> int | str:
-    return int(digits) if len(digits) <= 4000 else digits
-
-
-def _inspect(body: bytes, tenant: str, with_digests: bool) -> Inspected:
-    """Phase one: parse (kept for phase two, which runs in this same process), check, digest."""
+def _inspect(body: bytes, dialect: str, tenant: str, with_digests: bool) -> Inspected:
+    """Phase one: read (kept for phase two, which runs in this same process), check, digest."""
     from proxy.sessions import root_session
 
     assert _worker is not None
     try:
-        parsed, lenient = _worker.parse(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return Inspected(error=(400, "We could not parse the JSON body of your request.", None))
-    if not isinstance(parsed, dict):
-        _worker.forget()
-        return Inspected(error=(400, "The request body must be a JSON object.", None))
-    messages = parsed.get("messages")
-    if not isinstance(messages, list):
-        _worker.forget()
-        return Inspected(error=(400, "'messages' is a required property and must be an array.", "messages"))
-    skipped = "lenient JSON" if lenient else shape_problem(messages)
-    head = {k: v for k, v in parsed.items() if k != "messages"}
-    if lenient:
-        head = {k: v for k, v in head.items() if k in ("model", "stream")}
-    digests = [_worker.digests.message(m) for m in messages] if with_digests and not skipped else []
+        parsed = _worker.parse(body, dialect)
+    except ProxyError as error:
+        return Inspected(error=(error.status, error.message, error.param))
+    neutral = parsed.neutral
+    messages = neutral["messages"]
+    digests = [_worker.digests.message(m) for m in messages] if with_digests and not parsed.skipped else []
+    # What the parent needs of the body: the small fields (a view's body comes back whole).
+    head = {k: v for k, v in parsed.body.items() if not isinstance(v, list | dict) or k == "tools"}
     return Inspected(
         head=head,
         messages=len(messages),
-        skipped=skipped,
-        root=root_session(parsed, tenant),
+        skipped=parsed.skipped,
+        root=root_session(neutral, tenant),
         digests=digests,
+        stream=parsed.stream,
+        notes=parsed.notes,
     )
 
 
@@ -183,14 +185,14 @@ def _apply(
     skip: bool,
 ) -> Computed:
     assert _worker is not None
-    parsed, _ = _worker.parsed(body_key)
+    parsed = _worker.parsed(body_key)
     chosen = _worker.policies[policy]
     if skip:
         chosen = Policy(name=chosen.name, description=chosen.description, stages=())
     summarizer = _worker.summarizer.for_session(session, client_key) if _worker.summarizer else None
     outcome = _worker.loop.run_until_complete(
         chosen.apply(
-            parsed,
+            parsed.neutral,
             _worker.counter,
             window=window,
             checkpoint=decode_checkpoint(checkpoint) if checkpoint else None,
@@ -199,7 +201,9 @@ def _apply(
             injected_tokens=injected_tokens,
         )
     )
-    view = orjson.dumps({**parsed, "messages": outcome.messages}) if outcome.messages is not None else None
+    view = None
+    if outcome.messages is not None and outcome.origin is not None:
+        view = dump_json(_worker.dialects[_worker.dialect].render(parsed, outcome.messages, outcome.origin))
     # The body is done with: its parsed copy goes, and the heap's free pages go back to the OS.
     _worker.forget()
     computed = Computed(
@@ -207,10 +211,12 @@ def _apply(
         tokens_after=outcome.tokens_after,
         mechanisms=outcome.mechanisms,
         trigger=outcome.trigger,
-        facts=msgspec.structs.replace(outcome.facts, large_request=LargeRequestFact()),
+        facts=msgspec.structs.replace(outcome.facts, large_request=LargeRequestFact(worker_process=True)),
         offloads=[(o.handle, o.content, o.description) for o in outcome.offloads.values()],
         checkpoint=encode_checkpoint(outcome.checkpoint),
         view=view,
+        messages=dump_json(outcome.messages) if outcome.messages is not None else None,
+        origin=outcome.origin,
     )
     del parsed, outcome
     if _worker.trim is not None:
@@ -293,10 +299,10 @@ class LargeWorker:
         self.slot.release()
         self.done()
 
-    async def inspect(self, body: bytes, tenant: str, with_digests: bool) -> Inspected:
+    async def inspect(self, body: bytes, dialect: str, tenant: str, with_digests: bool) -> Inspected:
         self.key = body_key(body)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, _inspect, body, tenant, with_digests)
+        return await loop.run_in_executor(self.pool, _inspect, body, dialect, tenant, with_digests)
 
     async def apply(
         self,

@@ -72,6 +72,12 @@ def message_from_sse(raw: bytes) -> Any:
 
 
 Ask = Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]]
+# The decision signature of a raw answer (bytes, streamed or not): the dialect reads it.
+Decide = Callable[[bytes, bool], str]
+
+
+def chat_decision(raw: bytes, sse: bool) -> str:
+    return decision_signature(message_from_sse(raw) if sse else message_from_json(raw))
 
 
 class ShadowComparer:
@@ -90,10 +96,12 @@ class ShadowComparer:
         real_answer: bytes,
         real_is_sse: bool,
         done: Callable[[dict[str, Any]], None],
+        decide: Decide = chat_decision,
     ) -> None:
         """``ask`` sends the compacted body upstream (reads answered as for a real request) and
-        returns the final answer's status and JSON bytes."""
-        task = asyncio.create_task(self._compare(ask, body, real_answer, real_is_sse, done))
+        returns the final answer's status and JSON bytes; ``decide`` reads an answer's next
+        decision in its wire format."""
+        task = asyncio.create_task(self._compare(ask, body, real_answer, real_is_sse, done, decide))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -104,10 +112,9 @@ class ShadowComparer:
         real_answer: bytes,
         real_is_sse: bool,
         done: Callable[[dict[str, Any]], None],
+        decide: Decide,
     ) -> None:
-        real = decision_signature(
-            message_from_sse(real_answer) if real_is_sse else message_from_json(real_answer)
-        )
+        real = decide(real_answer, real_is_sse)
         result: dict[str, Any] = {"real": real, "shadow": None, "diverged": None, "error": None}
         try:
             async with self._slots:
@@ -117,7 +124,7 @@ class ShadowComparer:
                 if status != 200:
                     result["error"] = f"upstream answered HTTP {status}"
                 else:
-                    result["shadow"] = decision_signature(message_from_json(raw))
+                    result["shadow"] = decide(raw, False)
                     result["diverged"] = result["shadow"] != real
         except Exception as exc:  # a failed comparison is recorded, never surfaced
             result["error"] = type(exc).__name__

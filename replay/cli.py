@@ -87,6 +87,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def register(subparsers: Any) -> None:
+    """``compaction-proxy replay ...``: registered by the proxy's CLI when the command is used."""
+    add_replay_commands(subparsers)
+    subparsers.choices["replay"].set_defaults(run=run_command)
+
+
 def run_command(args: argparse.Namespace) -> int:
     command = args.replay_command
     try:

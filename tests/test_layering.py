@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,3 +35,93 @@ def test_layering_check_would_catch_an_offender(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import httpx\nfrom proxy.app import create_app\n")
     assert imported_roots(bad) & FORBIDDEN == {"httpx", "proxy"}
+
+
+# --- the module graph ------------------------------------------------------------------------
+
+PACKAGES = ("policies", "proxy", "replay")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Internal modules imported at module level (not inside functions or TYPE_CHECKING)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for child in (
+            ast.walk(node)
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            else ()
+        ):
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                found.add(child.module)
+                found.update(f"{child.module}.{alias.name}" for alias in child.names)
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def test_the_module_graph_has_no_cycle() -> None:
+    modules = {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph = {
+        name: {m for m in top_level_imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_proxy_never_imports_the_replay_harness() -> None:
+    offenders = {
+        module_name(path): sorted(m for m in top_level_imports(path) if m.split(".")[0] == "replay")
+        for path in (ROOT / "proxy").rglob("*.py")
+        if any(m.split(".")[0] == "replay" for m in top_level_imports(path))
+    }
+    assert offenders == {}
+
+
+def test_serve_never_loads_the_replay_harness(tmp_path: Path) -> None:
+    """`compaction-proxy serve` builds the whole app (uvicorn's run stubbed) without importing
+    a single module of the replay harness: its command is registered by name only."""
+    script = (
+        "import sys, uvicorn\n"
+        "uvicorn.run = lambda target, **kw: None\n"
+        "from proxy.cli import main\n"
+        "code = main(['serve', '--port', '0'])\n"
+        "loaded = sorted(m for m in sys.modules if m == 'replay' or m.startswith('replay.'))\n"
+        "print(code, loaded)\n"
+    )
+    env = {**os.environ, "COMPACTION_PROXY_CONFIG": ""}
+    env.pop("COMPACTION_PROXY_CONFIG")
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "0 []", result.stdout + result.stderr

@@ -12,9 +12,9 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
+from proxy.read_loop import LoopLimits, read_saved_output
 from proxy.read_tool import ReadLimits
 from proxy.store import SQLiteStore, decode_checkpoint, encode_checkpoint
-from proxy.tool_loop import LoopLimits, read_saved_output
 
 
 @pytest.fixture

@@ -10,24 +10,24 @@ proxy). The client receives only the final answer, with usage summed over all ro
 after the round's messages, the tool schemas and the answer's reserve (the request's
 ``max_tokens`` or ``max_completion_tokens``, at least the policy's reserve), split between the
 reads of one answer and capped per result; it says what it left out. Reads per answer and
-bytes read per request are limited too; past a limit the model is told so and asked to answer.
+bytes read per request are limited too; past a limit the model is told so and goes on without.
 
 If one answer mixes ``read_tool_output`` with the agent's own tool calls, the proxy resolves
 its reads and asks again *without* the agent's calls of that answer: the model re-issues them
 with the evidence in hand, and the agent never receives a call planned before the model read
 what it asked for.
 
-``ReadLoop`` is the sans-I/O core (next request, feed an answer, get reads or the end); the
-drivers below move bytes, and every response goes through a ``ResponseWriter``: a round that
+``ReadLoop`` is the sans-I/O core (next request, feed an answer, get reads or the end), the
+same for every wire format: its ``Dialect`` counts, appends rounds and withdraws the tool. The
+driver below moves bytes, and every response goes through a ``ResponseWriter``: a round that
 fails before anything reached the client answers with the upstream's status and body, one that
-fails after ends the stream with an error event and no ``[DONE]``.
+fails after ends the stream with the dialect's error event and no end-of-stream marker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,22 +35,14 @@ import httpx
 import orjson
 
 from policies.tokens import TokenCounter
+from proxy.dialects.base import Answer, Dialect
 from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
-from proxy.read_tool import (
-    TOOL_NAME,
-    BadArguments,
-    ReadLimits,
-    ReadResult,
-    is_internal,
-    parse_arguments,
-    render,
-)
+from proxy.read_tool import BadArguments, ReadLimits, ReadResult, parse_arguments, render
 from proxy.response_writer import ResponseWriter
 from proxy.store import Store
 from proxy.upstream import Upstream, failure_kind, upstream_failure
 
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # Tokens a tool message costs beyond its content (framing, role, the call id).
 _RESULT_OVERHEAD = 16
 # Below this many tokens of room, a read returns nothing but the advice to go on without it.
@@ -86,20 +78,6 @@ class LoopResult:
         return max(self.round_tokens, default=0)
 
 
-def _add_usage(total: dict[str, int], usage: Any) -> None:
-    if isinstance(usage, dict):
-        for key in _USAGE_KEYS:
-            value = usage.get(key)
-            if isinstance(value, int):
-                total[key] = total.get(key, 0) + value
-
-
-def answer_reserve(body: dict[str, Any], policy_reserve: int) -> int:
-    """Tokens kept free for the answer: what the request asks for, at least the policy's reserve."""
-    asked = [body.get(k) for k in ("max_completion_tokens", "max_tokens")]
-    return max([policy_reserve, *(v for v in asked if isinstance(v, int) and not isinstance(v, bool))])
-
-
 class ReadLoop:
     """The loop's decisions, without I/O: what to send next, and what an answer asks for."""
 
@@ -107,15 +85,18 @@ class ReadLoop:
         self,
         body: dict[str, Any],
         *,
+        dialect: Dialect,
         counter: TokenCounter,
         window: int,
         reserve: int,
         limits: LoopLimits,
         requested: int = 0,
     ) -> None:
-        """``reserve``: tokens kept for the answer (at least the request's own ``max_tokens``);
-        ``requested``: the answer length the request asks for (0: none)."""
+        """``body``: the first round's wire body, read tool included. ``reserve``: tokens kept
+        for the answer (at least the request's own ``max_tokens``); ``requested``: the answer
+        length the request asks for (0: none)."""
         self.body = body
+        self.dialect = dialect
         self.requested = requested
         self.counter = counter
         self.encoding = counter.encoding_for(body.get("model"))
@@ -124,36 +105,12 @@ class ReadLoop:
         self.limits = limits
         self.result = LoopResult()
         self.exhausted = False  # a limit was reached: the next round goes without the read tool
-        # Whether the client itself sent tools (the read tool was added to them).
-        self.client_tools = any(not is_internal_tool(t) for t in body.get("tools") or [])
         self._previous: dict[str, Any] | None = None  # the body before the last reads
 
     @property
     def budget(self) -> int:
         """The largest request a round may be: the window less the answer's reserve."""
         return self.window - self.reserve
-
-    def next_request(self) -> dict[str, Any]:
-        """The body of the next round. The last allowed one goes without the read tool: the
-        model then answers, or calls the agent's own tools (``tool_choice: none`` would forbid
-        those, and an agent takes a text answer for the end of its task). A round whose reads
-        came out larger than the room they were given (counting is done per piece) is sent
-        without them: the model goes on from what it had."""
-        if self.counter.count_request(self.body).total > self.hard_budget and self._previous is not None:
-            self.body, self._previous = self._previous, None
-            self.exhausted = True
-        body = self.body
-        if self.result.rounds >= self.limits.max_rounds or self.exhausted:
-            body = without_read_tool(body, self.client_tools)
-        self.result.round_tokens.append(self.counter.count_request(body).total)
-        return body
-
-    def wants_reads(self, calls: list[Any]) -> list[Any]:
-        """The internal calls of an answer the loop will resolve (none once rounds run out)."""
-        internal = [c for c in calls if is_internal(c)]
-        if not internal or self.result.rounds >= self.limits.max_rounds:
-            return []
-        return internal
 
     @property
     def hard_budget(self) -> int:
@@ -162,18 +119,40 @@ class ReadLoop:
         the model a read did not fit may use the room between the two budgets."""
         return self.window - max(self.reserve // 2, self.requested)
 
-    def room_per_read(self, assistant: dict[str, Any], calls: int, *, hard: bool = False) -> int:
-        """Tokens one read result may hold so the next round stays within the window."""
-        base = self.counter.count_request(
-            {**self.body, "messages": [*self.body["messages"], assistant]}
-        ).total
-        room = (self.hard_budget if hard else self.budget) - base - calls * _RESULT_OVERHEAD
-        return max(0, min(self.limits.read.max_result_tokens, room // max(1, calls)))
+    def next_request(self) -> dict[str, Any]:
+        """The body of the next round. The last allowed one goes without the read tool: the
+        model then answers, or calls the agent's own tools (``tool_choice: none`` would forbid
+        those, and an agent takes a text answer for the end of its task). A round whose reads
+        came out larger than the room they were given (counting is done per piece) is sent
+        without them: the model goes on from what it had."""
+        if self.dialect.count(self.body, self.counter) > self.hard_budget and self._previous is not None:
+            self.body, self._previous = self._previous, None
+            self.exhausted = True
+        body = self.body
+        if self.result.rounds >= self.limits.max_rounds or self.exhausted:
+            body = self.dialect.without_read_tool(body)
+        self.result.round_tokens.append(self.dialect.count(body, self.counter))
+        return body
 
-    def add_round(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    def wants_reads(self, calls: list[Any]) -> list[Any]:
+        """The internal calls of an answer the loop will resolve (none once rounds run out)."""
+        internal = [c for c in calls if self.dialect.is_read_call(c)]
+        if not internal or self.result.rounds >= self.limits.max_rounds:
+            return []
+        return internal
+
+    def room_per_read(self, answer: Answer, calls: list[Any], *, hard: bool = False) -> int:
+        """Tokens one read result may hold so the next round stays within the window."""
+        base = self.dialect.count(
+            self.dialect.add_round(self.body, answer, [(c, "") for c in calls]), self.counter
+        )
+        room = (self.hard_budget if hard else self.budget) - base - len(calls) * _RESULT_OVERHEAD
+        return max(0, min(self.limits.read.max_result_tokens, room // max(1, len(calls))))
+
+    def add_round(self, answer: Answer, results: list[tuple[Any, str]]) -> None:
         self.result.rounds += 1
         self._previous = self.body
-        self.body = {**self.body, "messages": [*self.body["messages"], assistant, *results]}
+        self.body = self.dialect.add_round(self.body, answer, results)
 
     def skip_round(self) -> None:
         """The answer's reads do not fit at all: ask again without them and without the tool."""
@@ -181,41 +160,24 @@ class ReadLoop:
         self.exhausted = True
 
 
-def is_internal_tool(tool: Any) -> bool:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    return isinstance(function, dict) and function.get("name") == TOOL_NAME
-
-
-def without_read_tool(body: dict[str, Any], client_tools: bool) -> dict[str, Any]:
-    """``body`` as the client sent it as far as tools go: the read tool removed (and with it
-    the ``tools`` list when the client had none)."""
-    if client_tools:
-        return {**body, "tools": [t for t in body.get("tools") or [] if not is_internal_tool(t)]}
-    return {k: v for k, v in body.items() if k not in ("tools", "tool_choice", "parallel_tool_calls")}
-
-
-async def resolve_reads(
-    loop: ReadLoop, store: Store, tenant: str, calls: list[Any], text: str | None
-) -> None:
-    """Run one answer's reads against the store and append them (with the call) to the loop."""
-    assistant = {"role": "assistant", "content": text or None, "tool_calls": calls}
+async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[Any], answer: Answer) -> None:
+    """Run one answer's reads against the store and append them (with the calls) to the loop."""
     limits = loop.limits
     allowed = calls[: limits.max_calls_per_answer]
-    room = loop.room_per_read(assistant, len(calls))
+    room = loop.room_per_read(answer, calls)
     if room < _MIN_READ_TOKENS:
         # No room for content: every call still gets a short answer when that fits the window,
         # and the next round goes without the read tool.
-        if loop.room_per_read(assistant, len(calls), hard=True) < _SHORT_RESULT_TOKENS:
+        if loop.room_per_read(answer, calls, hard=True) < _SHORT_RESULT_TOKENS:
             # Not even that: asked again without the calls (there is no room to say why).
             loop.result.reads.extend("no_room" for _ in calls)
             loop.skip_round()
             return
-        results = [{"role": "tool", "tool_call_id": call.get("id"), "content": _NO_ROOM} for call in calls]
         loop.result.reads.extend("no_room" for _ in calls)
         loop.exhausted = True
-        loop.add_round(assistant, results)
+        loop.add_round(answer, [(call, _NO_ROOM) for call in calls])
         return
-    results = []
+    results: list[tuple[Any, str]] = []
     for position, call in enumerate(calls):
         if position >= len(allowed):
             outcome = ReadResult(
@@ -227,18 +189,17 @@ async def resolve_reads(
             outcome = await _read_one(loop, store, tenant, call, room)
         loop.result.reads.append(outcome.outcome)
         loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
-        results.append({"role": "tool", "tool_call_id": call.get("id"), "content": outcome.text})
+        results.append((call, outcome.text))
     if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS:
         loop.exhausted = True
-    loop.add_round(assistant, results)
+    loop.add_round(answer, results)
 
 
 async def _read_one(loop: ReadLoop, store: Store, tenant: str, call: Any, room: int) -> ReadResult:
-    function = call.get("function") if isinstance(call, dict) else None
     return await read_saved_output(
         store,
         tenant,
-        function.get("arguments") if isinstance(function, dict) else None,
+        loop.dialect.call_arguments(call),
         limits=loop.limits,
         room=room,
         counter=loop.counter,
@@ -316,13 +277,10 @@ def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def _round_headers(
-    response: httpx.Response, request_id: bytes, result: LoopResult
-) -> list[tuple[bytes, bytes]]:
+def _round_headers(response: httpx.Response, request_id: bytes) -> list[tuple[bytes, bytes]]:
     headers = _response_headers(response)
     if not any(k == b"x-request-id" for k, _ in headers):
         headers.append((b"x-request-id", request_id))
-    headers.append((b"x-compaction-read-rounds", str(result.rounds).encode()))
     return headers
 
 
@@ -343,7 +301,8 @@ def _upstream_error(status: int, raw: bytes) -> ProxyError:
 
 
 class LoopDriver:
-    """Runs a ``ReadLoop`` against the upstream for one client request (JSON or SSE)."""
+    """Runs a ``ReadLoop`` against the upstream for one client request (JSON or a stream), in
+    the loop's dialect."""
 
     def __init__(
         self,
@@ -356,9 +315,9 @@ class LoopDriver:
         tenant: str,
         writer: ResponseWriter,
         request_id: str,
-        on_round: Callable[[LoopResult], None] = lambda _result: None,
     ) -> None:
         self.loop = loop
+        self.dialect = loop.dialect
         self.upstream = upstream
         self.store = store
         self.url = url
@@ -369,7 +328,6 @@ class LoopDriver:
         self.tenant = tenant
         self.writer = writer
         self.request_id = request_id.encode()
-        self.on_round = on_round
 
     @property
     def result(self) -> LoopResult:
@@ -388,8 +346,8 @@ class LoopDriver:
 
     async def _open(self) -> httpx.Response:
         body = self.loop.next_request()
-        self.on_round(self.result)
         self.writer.set_header(b"x-compaction-tokens-after", str(self.result.largest_request).encode())
+        self.writer.set_header(b"x-compaction-read-rounds", str(self.result.rounds).encode())
         started = time.perf_counter()
         try:
             return await self.upstream.open("POST", self.url, self.headers, orjson.dumps(body))
@@ -401,9 +359,7 @@ class LoopDriver:
         raw = await response.aread()
         self.result.status = response.status_code
         if not self.writer.started:
-            await self.writer.respond(
-                response.status_code, _round_headers(response, self.request_id, self.result), raw
-            )
+            await self.writer.respond(response.status_code, _round_headers(response, self.request_id), raw)
             return
         self.result.error = "upstream_error"
         await self.writer.fail(_upstream_error(response.status_code, raw))
@@ -426,30 +382,18 @@ class LoopDriver:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            choice: Any = data["choices"][0] if isinstance(data, dict) and data.get("choices") else None
-            message = choice.get("message") if isinstance(choice, dict) else None
-            if not isinstance(message, dict):
-                await self.writer.respond(200, _round_headers(response, self.request_id, self.result), raw)
+            answer = self.dialect.json_answer(data)
+            if answer is None:
+                await self.writer.respond(200, _round_headers(response, self.request_id), raw)
                 return
-            _add_usage(total, data.get("usage"))
-            self.result.usage_per_round.append(data.get("usage") or {})
-            raw_calls = message.get("tool_calls")
-            calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
-            reads = self.loop.wants_reads(calls)
+            self.dialect.add_usage(total, answer.usage)
+            self.result.usage_per_round.append(answer.usage or {})
+            reads = self.loop.wants_reads(answer.calls)
             if reads:
-                await resolve_reads(self.loop, self.store, self.tenant, reads, message.get("content"))
+                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
                 continue
-            agent = [c for c in calls if not is_internal(c)]
-            if len(agent) != len(calls):  # the round limit: never hand the agent an internal call
-                if agent:
-                    message["tool_calls"] = agent
-                else:
-                    message.pop("tool_calls", None)
-                    choice["finish_reason"] = "stop"
-            if total:
-                data["usage"] = {**(data.get("usage") or {}), **total}
             await self.writer.respond(
-                200, _round_headers(response, self.request_id, self.result), orjson.dumps(data)
+                200, _round_headers(response, self.request_id), self.dialect.final_json(data, total)
             )
             return
 
@@ -464,10 +408,8 @@ class LoopDriver:
                     return
                 self.result.status = 200
                 if not self.writer.started:
-                    self.writer.start(
-                        200, _round_headers(response, self.request_id, self.result), streaming=True
-                    )
-                stream = _HeldStream(self.writer)
+                    self.writer.start(200, _round_headers(response, self.request_id), streaming=True)
+                stream = self.dialect.codec(self.writer)
                 buffer = b""
                 async for chunk in response.stream:  # type: ignore[union-attr]
                     buffer += chunk
@@ -484,11 +426,12 @@ class LoopDriver:
                 self.result.error = "upstream_error"
                 await self.writer.finish()
                 return
-            _add_usage(total, stream.usage)
+            self.dialect.add_usage(total, stream.usage)
             self.result.usage_per_round.append(stream.usage or {})
             reads = self.loop.wants_reads(stream.calls())
             if reads:
-                await resolve_reads(self.loop, self.store, self.tenant, reads, stream.text or None)
+                answer = Answer(calls=stream.calls(), text=stream.text or None, usage=stream.usage)
+                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
                 continue
             if not stream.complete:
                 # The upstream closed its stream without finishing the answer.
@@ -506,135 +449,5 @@ class LoopDriver:
             return
 
 
-def _as_stop(event: bytes) -> bytes:
-    data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-    try:
-        chunk = orjson.loads(data)
-        chunk["choices"][0]["finish_reason"] = "stop"
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return event
-    return b"data: " + orjson.dumps(chunk)
-
-
 def _stream_failure(exc: httpx.HTTPError) -> str:
     return "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_reset"
-
-
-class _HeldStream:
-    """One upstream SSE stream as the client should see it: text relayed at once, tool-call
-    deltas, the finishing chunk, usage and ``[DONE]`` held until the calls are known."""
-
-    def __init__(self, writer: ResponseWriter) -> None:
-        self.writer = writer
-        self.held: list[bytes] = []
-        self.closing: list[bytes] = []
-        self.preamble: list[bytes] = []
-        self.text = ""
-        self.usage: dict[str, Any] | None = None
-        self.complete = False  # a finish_reason or [DONE] arrived
-        self.error: Any = None
-        self._usage_event: dict[str, Any] | None = None
-        self._calls: dict[int, dict[str, Any]] = {}
-
-    async def take(self, event: bytes) -> None:
-        data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-        if not data:
-            return
-        if data == b"[DONE]":
-            self.complete = True
-            return
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            await self._relay(event)
-            return
-        if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
-            self.error = chunk["error"]
-            await self._relay(event)
-            return
-        choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        if isinstance(chunk, dict) and chunk.get("usage") and not choices:
-            self.usage, self._usage_event = chunk["usage"], chunk
-            return
-        choice = choices[0] if isinstance(choices, list) and choices else None
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        if isinstance(choice, dict) and isinstance(delta, dict) and delta.get("tool_calls"):
-            for part in delta["tool_calls"]:
-                if isinstance(part, dict):
-                    self._merge(part)
-            self.held.append(event)
-            if not choice.get("finish_reason"):
-                return
-        if isinstance(choice, dict) and choice.get("finish_reason"):
-            self.complete = True
-            if isinstance(chunk.get("usage"), dict):
-                self.usage = chunk["usage"]
-            if not (isinstance(delta, dict) and delta.get("tool_calls")):
-                self.closing.append(event)
-            return
-        content = delta.get("content") if isinstance(delta, dict) else None
-        if isinstance(content, str):
-            self.text += content
-        if not content and self.writer_idle:
-            # An empty opening delta (the role): held, so that a round that only reads has
-            # sent nothing, and a failure after it can still answer with a real status.
-            self.preamble.append(event)
-            return
-        await self._relay(event)
-
-    def _merge(self, part: dict[str, Any]) -> None:
-        index = part.get("index", 0)
-        call = self._calls.setdefault(
-            index if isinstance(index, int) else 0,
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        if part.get("id"):
-            call["id"] = part["id"]
-        function = part.get("function")
-        if isinstance(function, dict):
-            call["function"]["name"] += function.get("name") or ""
-            call["function"]["arguments"] += function.get("arguments") or ""
-
-    def calls(self) -> list[dict[str, Any]]:
-        return [self._calls[i] for i in sorted(self._calls)]
-
-    @property
-    def writer_idle(self) -> bool:
-        return not self.writer.started
-
-    async def _relay(self, event: bytes) -> None:
-        if self.preamble:
-            held, self.preamble = self.preamble, []
-            for early in held:
-                await self.writer.write(early + b"\n\n")
-        await self.writer.write(event + b"\n\n")
-
-    def _without_internal(self) -> list[bytes]:
-        """The held tool-call events without ``read_tool_output`` calls (the round limit was
-        reached with the model still reading: never hand the agent an internal call)."""
-        internal = {i for i, c in self._calls.items() if c["function"]["name"] == TOOL_NAME}
-        if not internal:
-            return self.held
-        kept: list[bytes] = []
-        for event in self.held:
-            data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-            chunk = orjson.loads(data)
-            delta = chunk["choices"][0]["delta"]
-            delta["tool_calls"] = [p for p in delta["tool_calls"] if p.get("index", 0) not in internal]
-            if delta["tool_calls"] or chunk["choices"][0].get("finish_reason"):
-                if not delta["tool_calls"]:
-                    del delta["tool_calls"]
-                    chunk["choices"][0]["finish_reason"] = "stop"
-                kept.append(b"data: " + orjson.dumps(chunk))
-        if len(internal) == len(self._calls):
-            # Only reads were asked for: the answer ends as a plain stop.
-            self.closing = [_as_stop(event) for event in self.closing]
-        return kept
-
-    async def finish(self, total_usage: dict[str, int]) -> None:
-        for event in (*self.preamble, *self._without_internal(), *self.closing):
-            await self._relay(event)
-        if self._usage_event is not None:
-            self._usage_event["usage"] = {**self._usage_event["usage"], **total_usage}
-            await self._relay(b"data: " + orjson.dumps(self._usage_event))
-        await self.writer.finish(b"data: [DONE]\n\n")

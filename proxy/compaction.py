@@ -1,0 +1,307 @@
+"""The compaction service: one request's view, whatever its wire format.
+
+It takes the neutral conversation a dialect adapter read (or, for a large body, the raw bytes,
+which a worker process reads with the same adapter), finds the request's session (the client's
+``X-Session-Id``, else the session whose requests it extends), and under that session's lock
+loads its checkpoint (or a fork's parent's), applies the policy, stores what the policy
+offloaded before any view naming it can be sent, and keeps the next checkpoint. It knows no
+wire format and writes no response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from policies.digests import Digests
+from policies.pipeline import Checkpoint, Policy, PolicyOutcome
+from policies.tokens import TokenCounter
+from policies.windows import ContextWindows
+from proxy.errors import ProxyError
+from proxy.forwarding import header_value
+from proxy.large_requests import LargeRequests, LargeWorker
+from proxy.metrics import Metrics
+from proxy.session_index import BranchIndex, Resolution
+from proxy.sessions import MemorySessions, bearer_key, explicit_session, root_session
+from proxy.store import Store
+from proxy.summarizer import OpenAISummarizer
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True)
+class Compacted:
+    """What the service did for one request."""
+
+    outcome: PolicyOutcome
+    session: str
+    messages: int  # the client's messages (neutral)
+    head: dict[str, Any]  # the wire body's top-level fields (for a view: the view's)
+    view_body: dict[str, Any] | None = None  # a large request's view, as its worker wrote it
+    session_fork: dict[str, Any] | None = None
+    skipped: str | None = None
+    stream: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_reserve(policy: Policy) -> int:
+    """The answer reserve the policy's token safeguard keeps (1024 without one)."""
+    for stage in policy.stages:
+        if stage.name == "token_safeguard":
+            return int(getattr(stage, "reserve_tokens", 1024))
+    return 1024
+
+
+def without_stages(policy: Policy) -> Policy:
+    return Policy(name=policy.name, description=policy.description, stages=())
+
+
+class CompactionService:
+    def __init__(
+        self,
+        *,
+        counter: TokenCounter,
+        windows: ContextWindows,
+        store: Store,
+        sessions: MemorySessions,
+        metrics: Metrics,
+        summarizer: OpenAISummarizer | None,
+        large: LargeRequests,
+        record_skipped: bool,
+        max_sessions: int,
+        injected_tokens: Callable[[str], int],
+    ) -> None:
+        """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
+        output (the read tool's schema), kept free by the token safeguard."""
+        self.counter = counter
+        self.windows = windows
+        self.store = store
+        self.sessions = sessions
+        self.metrics = metrics
+        self.summarizer = summarizer
+        self.large = large
+        self.record_skipped = record_skipped
+        self.injected_tokens = injected_tokens
+        self.branches = BranchIndex(max_sessions)
+        self.digests = Digests(counter=counter)
+        self.background: set[asyncio.Task[None]] = set()
+
+    def named(self, policy: Policy) -> bool:
+        # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+        # A policy without stages keeps no session state: named only if its events are recorded.
+        return bool(policy.stages) or self.record_skipped
+
+    async def compact(
+        self,
+        neutral: dict[str, Any],
+        *,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        skipped: str | None,
+    ) -> Compacted:
+        """A request of ordinary size, compacted on the event loop."""
+        encoding = self.counter.encoding_for(neutral.get("model"))
+        if not self.counter.is_loaded(encoding):
+            # Another model family's encoding: loaded once, off the event loop.
+            await asyncio.to_thread(self.counter.warm_up, [encoding])
+        effective = without_stages(policy) if skipped else policy
+        messages = neutral["messages"]
+        resolution = None
+        if self.named(effective):
+            explicit = header_value(headers, b"x-session-id")
+            digests = [] if explicit else [self.digests.message(m) for m in messages]
+            resolution = await self.session_of(
+                headers, root_session(neutral, tenant), tenant, policy.name, digests
+            )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        window = self.windows.window_for(neutral.get("model"))
+        injected = self.injected_tokens(encoding)
+
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+            return await effective.apply(
+                neutral,
+                self.counter,
+                window=window,
+                checkpoint=checkpoint,
+                summarizer=summarizer,
+                digests=self.digests,
+                injected_tokens=injected,
+            )
+
+        compacted = Compacted(
+            outcome=PolicyOutcome(None, 0, 0),
+            session=session,
+            messages=len(messages),
+            head=neutral,
+            skipped=skipped,
+        )
+        compacted.outcome = await self._apply(
+            effective, headers, tenant, session, resolution, compacted, compute
+        )
+        return compacted
+
+    async def compact_large(
+        self, body: bytes, *, dialect: str, policy: Policy, tenant: str, headers: Headers
+    ) -> Compacted:
+        """A large body: read, counted and compacted in a worker process (held for both phases:
+        it keeps the parsed body between them)."""
+        async with self.large.worker() as worker:
+            return await self._compact_in(worker, body, dialect, policy, tenant, headers)
+
+    async def _compact_in(
+        self, worker: LargeWorker, body: bytes, dialect: str, policy: Policy, tenant: str, headers: Headers
+    ) -> Compacted:
+        explicit = header_value(headers, b"x-session-id")
+        inspected = await worker.inspect(
+            body, dialect, tenant, with_digests=self.named(policy) and not explicit
+        )
+        if inspected.error is not None:
+            status, message, param = inspected.error
+            raise ProxyError(status, message, param=param)
+        head = inspected.head
+        skip = inspected.skipped is not None
+        effective = without_stages(policy) if skip else policy
+        resolution = (
+            await self.session_of(headers, inspected.root, tenant, policy.name, inspected.digests)
+            if self.named(effective)
+            else None
+        )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        encoding = self.counter.encoding_for(head.get("model"))
+        window = self.windows.window_for(head.get("model"))
+        compacted = Compacted(
+            outcome=PolicyOutcome(None, 0, 0),
+            session=session,
+            messages=inspected.messages,
+            head=head,
+            skipped=inspected.skipped,
+            stream=inspected.stream,
+            notes=inspected.notes,
+        )
+
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+            computed = await worker.apply(
+                policy=policy.name,
+                window=window,
+                checkpoint=checkpoint,
+                injected_tokens=self.injected_tokens(encoding),
+                session=session,
+                client_key=bearer_key(headers),
+                skip=skip,
+            )
+            outcome, compacted.view_body = computed.outcome()
+            return outcome
+
+        compacted.outcome = await self._apply(
+            effective, headers, tenant, session, resolution, compacted, compute
+        )
+        if compacted.view_body is not None:
+            compacted.head = compacted.view_body
+        return compacted
+
+    async def session_of(
+        self, headers: Headers, root: str, tenant: str, policy: str, digests: list[str]
+    ) -> Resolution:
+        """The client's ``X-Session-Id``, else the session whose requests this one extends."""
+        explicit = header_value(headers, b"x-session-id")
+        if explicit:
+            return Resolution(explicit_session(tenant, explicit))
+        if not self.sessions.shared:
+            return self.branches.resolve(f"{root}:{policy}", root, digests)
+        try:
+            return await self.store.resolve_branch(tenant, f"{root}:{policy}", root, digests)
+        except Exception:  # the store is down: the run's first session, as before branches
+            self.metrics.errors.labels("store_read").inc()
+            return Resolution(root)
+
+    async def _inherited(
+        self, tenant: str, resolution: Resolution, policy: str, compacted: Compacted
+    ) -> Checkpoint | None:
+        """A fork starts from its parent's checkpoint when everything that checkpoint decided
+        lies in the messages they share (a summary never covers what the fork does not have)."""
+        if resolution.parent is None:
+            return None
+        parent = f"{resolution.parent}:{policy}"
+        checkpoint = self.sessions.checkpoint(parent) or await self._load_checkpoint(tenant, parent)
+        inherited = checkpoint is not None and (
+            checkpoint.summary is None or checkpoint.summary_at + checkpoint.covered <= resolution.common
+        )
+        compacted.session_fork = {
+            "parent": parent,
+            "common_messages": resolution.common,
+            "inherited": inherited,
+        }
+        return checkpoint if inherited else None
+
+    async def _apply(
+        self,
+        policy: Policy,
+        headers: Headers,
+        tenant: str,
+        session: str,
+        resolution: Resolution | None,
+        compacted: Compacted,
+        compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
+    ) -> PolicyOutcome:
+        """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
+        from its checkpoint; store what it offloaded and keep its next checkpoint."""
+        if not policy.stages:
+            return await compute(None, None)
+        async with self.sessions.lock(session):
+            checkpoint = self.sessions.checkpoint(session)
+            if checkpoint is None:
+                checkpoint = await self._load_checkpoint(tenant, session)
+            if checkpoint is None and resolution is not None:
+                checkpoint = await self._inherited(tenant, resolution, policy.name, compacted)
+            summarizer = (
+                self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
+            )
+            outcome = await compute(checkpoint, summarizer)
+            if outcome.offloads:
+                try:
+                    # Durably stored before any view naming the handles is sent.
+                    await self.store.put_outputs(tenant, list(outcome.offloads.values()))
+                except Exception:  # fail open: the client's own request goes through
+                    self.metrics.errors.labels("store_write").inc()
+                    compacted.view_body = None
+                    return PolicyOutcome(
+                        None,
+                        outcome.tokens_before,
+                        outcome.tokens_before,
+                        checkpoint=checkpoint or Checkpoint(),
+                    )
+            self.sessions.save(session, outcome.checkpoint)
+            # The request counter changes on every request; only other changes are worth a write.
+            changed = (
+                checkpoint is None or replace(outcome.checkpoint, requests=checkpoint.requests) != checkpoint
+            )
+            if changed and outcome.mechanisms:
+                if self.sessions.shared:
+                    # Another worker may serve this session's next request: write it now.
+                    await self._save_checkpoint(tenant, session, outcome.checkpoint)
+                else:
+                    self._persist(tenant, session, outcome.checkpoint)
+        return outcome
+
+    async def _load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
+        try:
+            return await self.store.load_checkpoint(tenant, session)
+        except Exception:  # a missing checkpoint only costs one fresh compaction
+            self.metrics.errors.labels("store_read").inc()
+            return None
+
+    async def _save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        try:
+            await self.store.save_checkpoint(tenant, session, checkpoint)
+        except Exception:  # a lost checkpoint costs one fresh compaction, never the request
+            self.metrics.errors.labels("store_write").inc()
+
+    def _persist(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        """Write a changed checkpoint in the background: memory stays authoritative in this
+        process; the store lets a restarted or another replica continue the session."""
+        task = asyncio.create_task(self._save_checkpoint(tenant, session, checkpoint))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)

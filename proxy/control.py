@@ -1,0 +1,92 @@
+"""The control plane: health, readiness, metrics and the compaction events API (Litestar).
+
+Everything under ``/v1`` but ``/v1/compaction/`` is the data plane (``proxy/edge.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from typing import Any
+
+import orjson
+from litestar import MediaType, Request, Response, get
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromQuery
+
+from proxy.errors import error_body
+from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.sessions import credentials, explicit_session, tenant_of
+from proxy.settings import Settings
+from proxy.store import Store
+
+
+def control_routes(
+    settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
+) -> list[HTTPRouteHandler]:
+    @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @get("/readyz", sync_to_thread=False, media_type=MediaType.JSON)
+    def readyz() -> Response[dict[str, str]]:
+        """Readiness: encodings loaded and the state directory usable."""
+        if ready.is_set():
+            return Response({"status": "ready"})
+        return Response({"status": "starting"}, status_code=503)
+
+    @get("/v1/compaction/events", media_type=MediaType.JSON)
+    async def compaction_events(
+        request: Request[Any, Any, Any],
+        session: FromQuery[str | None] = None,
+        policy: FromQuery[str | None] = None,
+        since: FromQuery[float] = 0.0,
+        limit: FromQuery[int] = 100,
+        tenant: FromQuery[str | None] = None,
+    ) -> Response[Any]:
+        """Compaction events, oldest first. With an admin token configured it is required and
+        sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
+        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
+        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
+        if settings.server.admin_token:
+            if not hmac.compare_digest(
+                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
+            ):
+                return Response(
+                    orjson.loads(error_body("The admin token is required.", type="authentication_error")),
+                    status_code=401,
+                )
+            scope = tenant
+        else:
+            if (
+                not credentials(raw_headers)
+                and settings.upstream.api_key
+                and not settings.server.allow_anonymous
+            ):
+                # Anonymous clients are refused on the data plane: they own no events either.
+                return Response(
+                    orjson.loads(error_body("An API key is required.", type="authentication_error")),
+                    status_code=401,
+                )
+            scope = tenant_of(raw_headers)
+        if session and not session.startswith("s_"):
+            if scope is None:
+                return Response(
+                    orjson.loads(
+                        error_body("Pass the tenant with an X-Session-Id.", type="invalid_request_error")
+                    ),
+                    status_code=400,
+                )
+            session = explicit_session(scope, session)
+        found = await store.events(
+            scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
+        )
+        return Response({"object": "list", "data": found})
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics_route() -> Response[bytes]:
+        """Prometheus text exposition."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return [healthz, readyz, metrics_route, compaction_events]

@@ -1,0 +1,179 @@
+"""The ``/v1`` edge: every request that no admin route claimed, dispatched to a compacting
+route (a dialect the proxy compacts) or relayed verbatim.
+
+This is a raw ASGI handler on purpose. A proxy must relay bytes and stream chunks as they
+arrive, see a client disconnect, and never re-encode what it does not change; a framework
+request/response cycle would get in the way of all four and cost time on every request.
+Here: the request id, the credential rule, the path check, the body (bounded), the
+disconnect watch, the dispatch, the error answer, and the observers once the response is out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from proxy.errors import ProxyError
+from proxy.exchange import Body, ClientDisconnected, Exchange, new_request_id
+from proxy.forwarding import UnsafePath, UpstreamBase, header_value, upstream_request_headers
+from proxy.metrics import Metrics
+from proxy.observers import Observer
+from proxy.relay import relay
+from proxy.response_writer import ResponseWriter
+from proxy.route import CompactingRoute
+from proxy.sessions import credentials
+from proxy.upstream import Upstream
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Edge:
+    def __init__(
+        self,
+        *,
+        routes: Mapping[bytes, str],
+        route: CompactingRoute,
+        upstream: Upstream,
+        upstream_base: UpstreamBase,
+        metrics: Metrics,
+        observers: Sequence[Observer],
+        max_body_bytes: int,
+        refuse_anonymous: bool,
+        api_key: str | None,
+        logger: Any = None,
+    ) -> None:
+        """``routes``: POST paths whose requests are compacted, and their dialect."""
+        self.routes = routes
+        self.route = route
+        self.upstream = upstream
+        self.upstream_base = upstream_base
+        self.metrics = metrics
+        self.observers = observers
+        self.max_body = max_body_bytes
+        # Clients without a credential would spend the configured key as one shared tenant.
+        self.refuse_anonymous = refuse_anonymous
+        self.api_key = api_key
+        # Bound once: a lazy proxy logger would resolve its configuration on every call.
+        self.log = (logger or structlog.get_logger("compaction_proxy")).bind()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        raw_path = raw_path.split(b"?", 1)[0]
+        dialect = self.routes.get(raw_path) if scope["method"] == "POST" else None
+        exchange = Exchange(
+            request_id=new_request_id(),
+            route=dialect or "passthrough",
+            method=scope["method"],
+            started=time.perf_counter(),
+        )
+        exchange.extra_headers.append((b"x-compaction-request-id", exchange.request_id.encode()))
+        current = asyncio.current_task()
+
+        async def watch_disconnect() -> None:
+            # After the body is read, the next ASGI message is the disconnect; cancelling the
+            # relay closes the upstream connection, so the upstream stops generating too.
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not exchange.responded and current is not None:
+                        exchange.error = "client_disconnected"
+                        current.cancel()
+                    return
+
+        watcher: asyncio.Task[None] | None = None
+        try:
+            if self.refuse_anonymous and not credentials(scope["headers"]):
+                raise ProxyError(
+                    401,
+                    "You didn't provide an API key. Send it in an Authorization header "
+                    "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
+                    code="missing_api_key",
+                )
+            try:
+                url = self.upstream_base.url(raw_path, scope.get("query_string", b""))
+            except UnsafePath:
+                raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
+            body = await self._read_body(scope, receive)
+            watcher = asyncio.create_task(watch_disconnect())
+            if dialect is not None:
+                handed = Body(body)
+                del body
+                await self.route.handle(send, dialect, scope["headers"], handed, url, exchange)
+            else:
+                headers = upstream_request_headers(scope["headers"], fallback_api_key=self.api_key)
+                await relay(
+                    upstream=self.upstream,
+                    metrics=self.metrics,
+                    send=send,
+                    method=scope["method"],
+                    url=url,
+                    headers=headers,
+                    content=body,
+                    exchange=exchange,
+                    route_headers=None,
+                )
+        except ProxyError as error:
+            exchange.status = error.status
+            exchange.error = exchange.error or (error.code or error.type)
+            self.metrics.errors.labels(exchange.error).inc()
+            exchange.responded = True
+            with contextlib.suppress(OSError):
+                await ResponseWriter(send, extra_headers=exchange.extra_headers).fail(error)
+        except ClientDisconnected:
+            exchange.error = "client_disconnected"
+        except asyncio.CancelledError:
+            if exchange.error != "client_disconnected":
+                raise
+            # Cancelled by our own disconnect watcher: the client is gone, nothing to answer.
+        finally:
+            exchange.responded = True
+            if watcher is not None:
+                watcher.cancel()
+            self._observe(exchange)
+
+    def _observe(self, exchange: Exchange) -> None:
+        for observer in self.observers:
+            try:
+                observer.observe(exchange)
+            except Exception as exc:  # recording must never fail a request that was answered
+                self.metrics.errors.labels("event").inc()
+                self.log.warning(
+                    "observer_failed", observer=type(observer).__name__, error=type(exc).__name__
+                )
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        declared = header_value(scope["headers"], b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise ProxyError(
+                413,
+                f"The request body exceeds the proxy's limit of {self.max_body} bytes.",
+                code="request_too_large",
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > self.max_body:
+                    raise ProxyError(
+                        413,
+                        f"The request body exceeds the proxy's limit of {self.max_body} bytes.",
+                        code="request_too_large",
+                    )
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)

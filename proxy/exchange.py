@@ -1,0 +1,138 @@
+"""One proxied request: the facts gathered while it is served, for the observers.
+
+The edge creates an ``Exchange`` per request; the dialect route, the compaction service and the
+read loop fill it in; once the response is out, every observer (metrics, the compaction event,
+the shadow comparison, the access log) reads it, in the order the app factory lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from policies.pipeline import PolicyOutcome
+from proxy.errors import ProxyError
+
+if TYPE_CHECKING:
+    from proxy.read_loop import LoopResult
+
+
+class ClientDisconnected(Exception):
+    """The client went away; nothing more can be sent to it."""
+
+
+@dataclass(slots=True)
+class ShadowCompare:
+    """A shadow request chosen for comparison: the compacted body, and the real answer."""
+
+    body: dict[str, Any]
+    url: str
+    headers: list[tuple[bytes, bytes]]
+    dialect: str
+    captured: bytearray = field(default_factory=bytearray)
+    captured_sse: bool = False
+
+
+@dataclass(slots=True)
+class Exchange:
+    request_id: str
+    route: str  # a dialect name (chat, responses) or passthrough
+    method: str
+    started: float
+    status: int = 0
+    upstream_seconds: float = 0.0
+    policy: str = "-"
+    mode: str = "-"
+    stream: bool = False
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    error: str | None = None
+    read_rounds: int = 0
+    mechanisms: tuple[str, ...] = ()
+    trigger: str | None = None
+    checkpoint_dropped: bool = False
+    # Why the policy was not applied (a malformed history, lenient JSON, history held upstream).
+    skipped: str | None = None
+    # A request that forked a new session from another one (parent, messages shared, inherited).
+    session_fork: dict[str, Any] | None = None
+    # What the dialect noticed (e.g. the agent's own compaction request, items it keeps as sent).
+    dialect_notes: dict[str, Any] = field(default_factory=dict)
+    # For the compaction event, recorded once the response is out.
+    outcome: PolicyOutcome | None = None
+    tenant: str = ""
+    session: str = ""
+    model: object = None
+    messages_before: int = 0
+    messages_after: int = 0
+    offloaded_bytes: int = 0
+    reads: LoopResult | None = None
+    compare: ShadowCompare | None = None
+    # Set just before the last body message: from then on a disconnect is the normal end.
+    responded: bool = False
+    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def mark_responded(self) -> None:
+        self.responded = True
+
+
+class Body:
+    """A request's bytes, handed from the edge to a route: whoever takes them owns them, so no
+    frame keeps a copy alive while the upstream works (seconds, for a model)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def take(self) -> bytes:
+        data, self._data = self._data, b""
+        return data
+
+
+def new_request_id() -> str:
+    return "cpx-" + os.urandom(12).hex()
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if status else "none"
+
+
+def kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
+    """The outcome as the compaction event needs it once the request is forwarded: without the
+    client's messages or the offloaded texts, and without the view unless this request is a
+    compaction point (whose event holds the view itself)."""
+    return replace(
+        outcome,
+        messages=outcome.messages if outcome.trigger else None,
+        original=(),
+        origin=None,
+        offloads={handle: replace(o, content="") for handle, o in outcome.offloads.items()},
+    )
+
+
+def _lenient_int(digits: str) -> int | str:
+    """An integer as Python reads it; past Python's 4,300-digit limit, its digits (the body
+    is forwarded as sent, so the value itself is never needed)."""
+    return int(digits) if len(digits) <= 4000 else digits
+
+
+def parse_json(body: bytes) -> tuple[Any, bool]:
+    """The parsed body, and whether only Python's lenient parser could read it."""
+    try:
+        return orjson.loads(body), False
+    except orjson.JSONDecodeError:
+        # orjson refuses integers beyond 64 bits, NaN and lone surrogate escapes, which
+        # Python's parser reads; such a request is still forwarded, but as the client sent it.
+        try:
+            return json.loads(body, parse_int=_lenient_int), True
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
+
+
+def dump_json(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # what only the lenient parser reads
+        return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,168 @@
+"""What happens once a response is out: each observer reads the request's ``Exchange``.
+
+The app factory builds them in one explicit, ordered list (the compaction record first, since
+it may start a shadow comparison; then the request metrics; then the access log line). An
+observer that fails costs a metric and a log line, never the request (it was answered).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from proxy.events import EventSink, build_event
+from proxy.exchange import Exchange, status_class
+from proxy.metrics import Metrics
+from proxy.shadow import Decide, ShadowComparer
+
+# Sends a compacted body upstream for a shadow comparison: (dialect, url, headers, body, tenant).
+AskUpstream = Callable[
+    [str, str, list[tuple[bytes, bytes]], dict[str, Any], str], Awaitable[tuple[int, bytes]]
+]
+
+
+class Observer(Protocol):
+    def observe(self, exchange: Exchange) -> None: ...
+
+
+class CompactionRecord:
+    """Compaction metrics and the versioned event (after a shadow comparison, if one runs)."""
+
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        events: EventSink,
+        shadow: ShadowComparer,
+        ask: AskUpstream,
+        decide: Callable[[str], Decide],
+        policy_meta: dict[str, tuple[str, str]],
+        record_skipped: bool,
+    ) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.shadow = shadow
+        self.ask = ask
+        self.decide = decide
+        self.policy_meta = policy_meta
+        self.record_skipped = record_skipped
+
+    def observe(self, exchange: Exchange) -> None:
+        outcome = exchange.outcome
+        if outcome is None:
+            return
+        if not (outcome.mechanisms or outcome.trigger or self.record_skipped):
+            return
+        m = self.metrics
+        if outcome.trigger:
+            for mechanism in outcome.mechanisms or ("none",):
+                m.compactions.labels(exchange.policy, mechanism, outcome.trigger).inc()
+        if outcome.offloads:
+            m.offloaded.labels(exchange.policy).inc(len(outcome.offloads))
+            m.offloaded_bytes.labels(exchange.policy).inc(exchange.offloaded_bytes)
+        summary = outcome.facts.summary
+        if summary is not None:
+            result = "ledger" if summary.model == "ledger" else "ok"
+            m.summaries.labels("fallback" if summary.fallback_reason else result).inc()
+            m.summary_seconds.observe(summary.seconds)
+        version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))
+        event = build_event(
+            request_id=exchange.request_id,
+            tenant=exchange.tenant,
+            session=exchange.session,
+            model=exchange.model,
+            mode=exchange.mode,
+            policy=exchange.policy,
+            policy_version=version,
+            policy_hash=config_hash,
+            outcome=outcome,
+            messages_before=exchange.messages_before,
+            reads=exchange.reads,
+            messages_after=exchange.messages_after,
+            offloaded_bytes=exchange.offloaded_bytes,
+            session_fork=exchange.session_fork,
+        )
+        event["dialect"] = exchange.route
+        if exchange.dialect_notes:
+            event["dialect_notes"] = exchange.dialect_notes
+        if not (outcome.mechanisms or outcome.trigger):
+            # A light record of a request the policy left alone.
+            event.pop("checkpoint", None)
+            event["details"] = {}
+        compare = exchange.compare
+        if compare is not None and exchange.status == 200:
+            policy = exchange.policy
+
+            def compared(result: dict[str, Any]) -> None:
+                label = "error" if result["error"] else ("diverged" if result["diverged"] else "same")
+                self.metrics.shadow_compares.labels(policy, label).inc()
+                self.events.emit({**event, "shadow_compare": result})
+
+            dialect, url, headers, tenant = compare.dialect, compare.url, compare.headers, exchange.tenant
+
+            async def ask(body: dict[str, Any]) -> tuple[int, bytes]:
+                return await self.ask(dialect, url, headers, body, tenant)
+
+            self.shadow.start(
+                ask,
+                compare.body,
+                bytes(compare.captured),
+                compare.captured_sse,
+                compared,
+                self.decide(dialect),
+            )
+            return
+        self.events.emit(event)
+
+
+class RequestMetrics:
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def observe(self, exchange: Exchange) -> None:
+        m = self.metrics
+        total = time.perf_counter() - exchange.started
+        m.requests.labels(exchange.route, exchange.policy, exchange.mode, status_class(exchange.status)).inc()
+        if exchange.upstream_seconds:
+            m.upstream_seconds.labels(exchange.route).observe(exchange.upstream_seconds)
+        m.overhead_seconds.labels(exchange.route).observe(max(0.0, total - exchange.upstream_seconds))
+        if exchange.tokens_before is not None and exchange.tokens_after is not None:
+            m.tokens_before.labels(exchange.policy, exchange.mode).observe(exchange.tokens_before)
+            m.tokens_after.labels(exchange.policy, exchange.mode).observe(exchange.tokens_after)
+            saved = exchange.tokens_before - exchange.tokens_after
+            if saved > 0:
+                m.tokens_saved.labels(exchange.policy, exchange.mode).inc(saved)
+
+
+class AccessLog:
+    """One structured line per request: no key, no header, no content."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        self.pid = os.getpid()
+
+    def observe(self, exchange: Exchange) -> None:
+        total = time.perf_counter() - exchange.started
+        self.log.info(
+            "request",
+            request_id=exchange.request_id,
+            route=exchange.route,
+            method=exchange.method,
+            status=exchange.status,
+            policy=exchange.policy,
+            mode=exchange.mode,
+            stream=exchange.stream,
+            tokens_before=exchange.tokens_before,
+            tokens_after=exchange.tokens_after,
+            upstream_s=round(exchange.upstream_seconds, 6),
+            overhead_s=round(max(0.0, total - exchange.upstream_seconds), 6),
+            error=exchange.error,
+            read_rounds=exchange.read_rounds,
+            mechanisms=list(exchange.mechanisms),
+            trigger=exchange.trigger,
+            checkpoint_dropped=exchange.checkpoint_dropped,
+            skipped=exchange.skipped,
+            pid=self.pid,
+        )

@@ -1,0 +1,89 @@
+"""Sending a request upstream and relaying the answer byte for byte: the passthrough routes, and
+the compacted requests whose view names no saved output."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from proxy.errors import ProxyError
+from proxy.exchange import Exchange
+from proxy.forwarding import client_response_headers, header_value
+from proxy.metrics import Metrics
+from proxy.response_writer import ErrorEvent, ResponseWriter, chat_error_event
+from proxy.upstream import Upstream, failure_kind, upstream_failure
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+_SSE = b"text/event-stream"
+# Bytes of a real answer kept for a shadow comparison.
+CAPTURE_LIMIT = 16 * 1024 * 1024
+
+
+async def relay(
+    *,
+    upstream: Upstream,
+    metrics: Metrics,
+    send: Send,
+    method: str,
+    url: str,
+    headers: list[tuple[bytes, bytes]],
+    content: bytes,
+    exchange: Exchange,
+    route_headers: list[tuple[bytes, bytes]] | None,
+    error_event: ErrorEvent = chat_error_event,
+) -> None:
+    """``route_headers``: the compaction headers of a dialect route (None: passthrough)."""
+    sent_at = time.perf_counter()
+    try:
+        response = await upstream.open(method, url, headers, content)
+    except httpx.HTTPError as exc:
+        exchange.upstream_seconds = time.perf_counter() - sent_at
+        exchange.error = failure_kind(exc)
+        raise upstream_failure(exc) from None
+    del content  # sent: not kept while the answer streams
+    writer = ResponseWriter(
+        send, extra_headers=exchange.extra_headers, error_event=error_event, mark_done=exchange.mark_responded
+    )
+    try:
+        out_headers = client_response_headers(response.headers.raw)
+        if route_headers is not None:
+            if header_value(out_headers, b"x-request-id") is None:
+                out_headers.append((b"x-request-id", exchange.request_id.encode()))
+            out_headers.extend(route_headers)
+        exchange.status = response.status_code
+        is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
+        compare = exchange.compare
+        if compare is not None:
+            compare.captured_sse = is_sse
+        writer.start(response.status_code, out_headers, streaming=is_sse)
+        await writer.write(b"")  # headers now: a stream's first event may take the model a while
+        first = True
+        try:
+            async for chunk in response.stream:  # type: ignore[union-attr]
+                if first and exchange.stream:
+                    metrics.ttfb_seconds.labels(exchange.policy).observe(
+                        time.perf_counter() - exchange.started
+                    )
+                    first = False
+                if compare is not None and len(compare.captured) < CAPTURE_LIMIT:
+                    compare.captured += chunk
+                await writer.write(chunk)
+        except httpx.HTTPError as exc:
+            exchange.error = "upstream_" + ("timeout" if isinstance(exc, httpx.TimeoutException) else "reset")
+            metrics.errors.labels(exchange.error).inc()
+            await writer.fail(
+                ProxyError(
+                    502,
+                    "The upstream connection failed in the middle of the stream.",
+                    type="upstream_error",
+                    code=exchange.error,
+                )
+            )
+            return
+        await writer.finish()
+    finally:
+        exchange.upstream_seconds = time.perf_counter() - sent_at
+        await response.aclose()
