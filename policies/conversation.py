@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
+# The role of a neutral message that stands for an item of a wire format the policies do not
+# understand (a server-side compaction item, an item reference, a web search call...): kept as
+# sent and in place, never summarized, offloaded or dropped (it is always pinned).
+OPAQUE_ROLE = "opaque"
 
 
 def message_text(message: Any) -> str:
@@ -121,6 +125,15 @@ def _uses_text_actions(messages: Sequence[Message]) -> bool:
     )
 
 
+_PREAMBLE = re.compile(r"^<([A-Za-z_][\w-]*)>.*</\1>$", re.DOTALL)
+
+
+def is_harness_preamble(message: Any) -> bool:
+    """A user message an agent harness sends before the task, wholly one tagged block (Codex
+    CLI's ``<environment_context>...</environment_context>``, ``<user_instructions>``...)."""
+    return bool(_PREAMBLE.match(message_text(message).strip()))
+
+
 def system_prefix_end(messages: Sequence[Message]) -> int:
     """How many leading system/developer messages there are (without parsing the rest)."""
     end = 0
@@ -138,6 +151,7 @@ def parse(messages: Sequence[Message]) -> Conversation:
     index = prefix_end
     last_user = -1
     first_user = -1
+    preamble_only = False  # every user message so far is a harness preamble
     while index < count:
         message = messages[index]
         kind = role(message)
@@ -164,7 +178,9 @@ def parse(messages: Sequence[Message]) -> Conversation:
             else:
                 steps.append(Step(index, index + 1, "user"))
                 last_user = index
-                if first_user < 0:
+                if first_user < 0 or (preamble_only and not is_harness_preamble(message)):
+                    # The task: the first user message that is not an agent harness's preamble.
+                    preamble_only = is_harness_preamble(message)
                     first_user = index
         elif kind == "assistant":
             steps.append(Step(index, index + 1, "assistant"))

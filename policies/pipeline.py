@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from policies.conversation import Message, message_text, parse, role, system_prefix_end
+from policies.conversation import OPAQUE_ROLE, Message, message_text, parse, role, system_prefix_end
 from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.ledger import Ledger
@@ -86,14 +86,21 @@ class Pins:
         return bool(self.tools or self.patterns)
 
     def pinned_steps(self, messages: Sequence[Message]) -> set[int]:
-        """Indices of every message in a step that holds a pinned message."""
-        if not self:
+        """Indices of every message in a step that holds a pinned message (items a dialect
+        keeps as sent, ``OPAQUE_ROLE``, are always pinned)."""
+        opaque = any(role(m) == OPAQUE_ROLE for m in messages)
+        if not self and not opaque:
             return set()
         conversation = parse(messages)
         pinned: set[int] = set()
         for step in conversation.steps:
             for index in range(step.start, step.end):
                 message = messages[index]
+                if opaque and role(message) == OPAQUE_ROLE:
+                    pinned.update(range(step.start, step.end))
+                    break
+                if not self:
+                    continue
                 tool = message.get("name") if role(message) == "tool" else None
                 names = {
                     c["function"].get("name")

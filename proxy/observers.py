@@ -53,7 +53,9 @@ class CompactionRecord:
         outcome = exchange.outcome
         if outcome is None:
             return
-        if not (outcome.mechanisms or outcome.trigger or self.record_skipped):
+        # An agent's own compaction request is always recorded, even when sent as it came.
+        agent_compaction = exchange.dialect_notes.get("agent_compaction")
+        if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction):
             return
         m = self.metrics
         if outcome.trigger:

@@ -50,6 +50,8 @@ class ResponseWriter:
         self.streaming = False  # the body is an event stream
         self.status = 0
         self.body_bytes = 0
+        # A dialect's stream state that outlives one upstream round (its codec is per round).
+        self.stream_state: dict[str, Any] = {}
 
     def set_header(self, name: bytes, value: bytes) -> None:
         """Add or replace a header while the response has not started."""

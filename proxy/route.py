@@ -17,11 +17,12 @@ from typing import Any
 import orjson
 
 from policies.handles import MENTION, names_a_handle
-from policies.pipeline import Policy
+from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
 from policies.windows import ContextWindows
+from proxy.agent_compaction import agent_compaction
 from proxy.compaction import Compacted, CompactionService, policy_reserve
-from proxy.dialects.base import Dialect
+from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
 from proxy.exchange import Body, Exchange, ShadowCompare, dump_json, kept_for_event, parse_json
 from proxy.forwarding import header_value, upstream_request_headers
@@ -153,8 +154,9 @@ class CompactingRoute:
         else:
             data, lenient = parse_json(body)
             parsed = dialect.parse(data, lenient)
+            skipped = parsed.skipped or self._agent_compaction(headers, parsed)
             compacted = await self.service.compact(
-                parsed.neutral, policy=policy, tenant=tenant, headers=headers, skipped=parsed.skipped
+                parsed.neutral, policy=policy, tenant=tenant, headers=headers, skipped=skipped
             )
             compacted.stream, compacted.notes, compacted.head = parsed.stream, parsed.notes, parsed.body
         outcome = compacted.outcome
@@ -181,6 +183,21 @@ class CompactingRoute:
         if mode == "enforce" and view_body is not None:
             outgoing.content = dump_json(view_body)
         return outgoing
+
+    def _agent_compaction(self, headers: Headers, parsed: Parsed) -> str | None:
+        """The agent's own compaction request goes as sent when it fits the window (see
+        ``proxy/agent_compaction.py``); the decision is noted for the event."""
+        agent = agent_compaction(headers, parsed.neutral["messages"])
+        if agent is None:
+            return None
+        neutral = parsed.neutral
+        budget = self.windows.window_for(neutral.get("model")) - max(1024, requested_answer_tokens(neutral))
+        fits = self.counter.count_request(neutral).total <= budget
+        parsed.notes["agent_compaction"] = {
+            "agent": agent,
+            "action": "forwarded as sent" if fits else "compacted to fit the window",
+        }
+        return f"{agent}'s own compaction request" if fits else None
 
     def _record(self, exchange: Exchange, compacted: Compacted, tenant: str, route_headers: Headers) -> None:
         outcome = compacted.outcome

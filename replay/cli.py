@@ -75,6 +75,9 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="the proxy configuration whose policies are the arms")
     parser.add_argument("--replay-config", type=Path, help="replay settings: models, gate (YAML)")
     parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
+    parser.add_argument(
+        "--dialect", choices=["chat", "responses"], help="the door the steps go through (default chat)"
+    )
     parser.add_argument("--concurrency", type=int, help="cases replayed at once")
     parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")
     parser.add_argument("--answer-url", help="answering model endpoint (OpenAI-compatible base URL)")
@@ -123,6 +126,7 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
         "arms": tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else None,
         "context_window": args.context_window,
         "mode": args.mode,
+        "dialect": args.dialect,
         "concurrency": args.concurrency,
     }
     model_demo = demo and bool(args.answer_url)

@@ -31,6 +31,7 @@ from proxy.store import Store
 from replay.answers import AnswerRun, answer_question
 from replay.cases import Case, Rejected, build_case
 from replay.config import ReplayConfig, config_builtins
+from replay.doors import PATHS, request
 from replay.proxy_process import ProxyProcess, replay_proxy_config
 from replay.questions import Question, build_questions
 from replay.rows import iter_rows
@@ -38,7 +39,7 @@ from replay.survival import handles_in, survival, view_text
 from replay.upstream import TICKET_HEADER, Received, RecordedUpstream, Ticket
 
 REPLAY_KEY = "sk-replay-harness"
-PART_VERSION = 1
+PART_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,8 @@ class CasePart:
     summarizer_input_tokens: int = 0
     summarizer_output_tokens: int = 0
     summary_kinds: list[str] = field(default_factory=list)
+    # Each compaction point's decisions: trigger, covered range, handles, summary hash.
+    decisions: list[dict[str, Any]] = field(default_factory=list)
     questions: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -176,10 +179,8 @@ class Replayer:
         return headers
 
     def body(self, case: Case, messages: Sequence[Message]) -> bytes:
-        body: dict[str, Any] = {"model": self.config.model, "messages": list(messages)}
-        if case.tools:
-            body["tools"] = list(case.tools)
-        return orjson.dumps(body)
+        """The request a client of the replay's door sends for this history."""
+        return orjson.dumps(request(self.config.dialect, self.config.model, messages, case.tools))
 
     async def send(
         self, arm: str, session: str, case: Case, messages: Sequence[Message], ticket: Ticket, mode: str
@@ -187,7 +188,7 @@ class Replayer:
         name = self.upstream.issue(ticket)
         try:
             response = await self.http.post(
-                self.proxy_url + "/v1/chat/completions",
+                self.proxy_url + PATHS[self.config.dialect],
                 content=self.body(case, messages),
                 headers={**self.headers(arm, session, name, mode), "content-type": "application/json"},
             )
@@ -256,6 +257,16 @@ class Replayer:
         for event in events:
             if event.get("trigger"):
                 part.compaction_events += 1
+                summary_hash = (event.get("summary") or {}).get("hash")
+                part.decisions.append(
+                    {
+                        "trigger": event["trigger"],
+                        "covered": (event.get("parent_range") or {}).get("messages"),
+                        "handles": sorted(event.get("handles_offloaded") or []),
+                        "summary_hash": summary_hash,
+                        "tokens_after": event.get("tokens_after"),
+                    }
+                )
             summary = event.get("summary")
             if isinstance(summary, dict) and event.get("trigger"):
                 part.summaries += 1

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from policies.conversation import Message, parse
 from replay.config import ModelEndpoint
+from replay.doors import chat_request, neutral_messages, response_object, tool_names
 
 TICKET_HEADER = "X-Replay-Ticket"
 
@@ -80,6 +81,7 @@ class RecordedUpstream:
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_route("*", "/{tail:.*}", self._other)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -103,6 +105,12 @@ class RecordedUpstream:
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, "chat")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, "responses")
+
+    async def _answer(self, request: web.Request, dialect: str) -> web.StreamResponse:
         name = request.headers.get(TICKET_HEADER, "")
         ticket = self.tickets.get(name)
         raw = await request.read()
@@ -113,26 +121,29 @@ class RecordedUpstream:
                 status=400,
             )
         body = orjson.loads(raw)
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        messages = neutral_messages(dialect, body)
         ticket.received.append(
             Received(
                 messages=messages if ticket.keep_messages else None,
                 message_count=len(messages),
                 digests=tuple(message_digest(m) for m in messages),
                 problems=parse(messages).problems,
-                tool_names=tuple(
-                    str((t.get("function") or {}).get("name")) for t in tools if isinstance(t, dict)
-                ),
+                tool_names=tool_names(dialect, body),
             )
         )
         if ticket.reply is None and ticket.forward is not None:
+            if dialect == "responses":
+                return await self._forward_responses(body, ticket, ticket.forward)
             return await self._forward(body, ticket, ticket.forward)
         reply = dict(ticket.reply or {"role": "assistant", "content": ""})
         reply["role"] = "assistant"
         reply.setdefault("content", None)
+        answer_id = f"replay-{name}-{len(ticket.received)}"
+        if dialect == "responses":
+            answer = response_object(reply, body.get("model"), "resp_" + answer_id)
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
         answer = {
-            "id": f"chatcmpl-replay-{name}-{len(ticket.received)}",
+            "id": "chatcmpl-" + answer_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model"),
@@ -144,6 +155,21 @@ class RecordedUpstream:
                 }
             ],
         }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def _forward_responses(
+        self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint
+    ) -> web.Response:
+        """A question through the Responses door, answered by a model that speaks chat."""
+        response = await self._forward(chat_request(body), ticket, endpoint)
+        if response.status != 200 or response.body is None:
+            return response
+        try:
+            data = orjson.loads(response.body)  # type: ignore[arg-type]
+            message = data["choices"][0]["message"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            return response
+        answer = response_object(message, body.get("model"), "resp_forwarded", data.get("usage"))
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def _forward(self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint) -> web.Response:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from proxy.dialects.base import Dialect
 from proxy.dialects.chat import ChatDialect
+from proxy.dialects.responses import ResponsesDialect
 
-# POST routes whose requests are compacted, and the dialect that reads them.
+# POST routes whose requests are compacted, and the dialect that reads them. (Every other route,
+# `/v1/responses/compact` and `GET /v1/responses/{id}` included, is relayed verbatim.)
 ROUTES: dict[bytes, str] = {
     b"/v1/chat/completions": "chat",
+    b"/v1/responses": "responses",
 }
 
 
 def make_dialects() -> dict[str, Dialect]:
-    return {"chat": ChatDialect()}
+    return {"chat": ChatDialect(), "responses": ResponsesDialect()}
 
 
 __all__ = ["ROUTES", "Dialect", "make_dialects"]

@@ -33,6 +33,9 @@ class Parsed:
     skipped: str | None = None
     # Facts the dialect noticed, recorded in the compaction event (e.g. items kept as sent).
     notes: dict[str, Any] = field(default_factory=dict)
+    # The dialect's own bookkeeping between reading and writing (e.g. which wire items each
+    # neutral message came from).
+    private: Any = None
 
     @property
     def model(self) -> Any:
@@ -46,6 +49,9 @@ class Answer:
     calls: list[Any]  # every tool call of the answer, in the dialect's own shape
     text: str | None = None
     usage: dict[str, Any] | None = None
+    # Everything the answer produced, in the dialect's own shape (the Responses API appends a
+    # round's reasoning items with its calls).
+    items: list[Any] = field(default_factory=list)
 
 
 class StreamCodec(Protocol):

@@ -1,0 +1,40 @@
+"""Agents that compact by themselves: recognizing their summarization requests.
+
+Codex CLI and Claude Code summarize their own history with an ordinary request (Codex marks it
+with ``x-codex-turn-metadata`` ``request_kind: compaction``; Claude Code's carries its summary
+prompt as the last user message). The proxy's decision, documented in the README: such a
+request is the agent's own summarizer at work, so it goes upstream **as the agent sent it**
+whenever it fits the model's window (compacting it would summarize a summary request and hand
+the agent a summary of a view), and is compacted like any request only when it does not fit
+(the agent's summarizer then gets a view that fits, ledger included, instead of an error). Either
+way it is recorded in the compaction event (``dialect_notes.agent_compaction``). The request
+after it starts a new session: its history no longer extends the old one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from policies.conversation import message_text, role
+
+_CODEX_KIND = re.compile(rb'"request_kind"\s*:\s*"compaction"')
+# Claude Code's /compact (and auto-compact) prompt, as it opens its last user message.
+_CLAUDE_PROMPTS = (
+    "create a detailed summary of the conversation so far",
+    "Your task is to create a detailed summary",
+)
+
+
+def agent_compaction(headers: Sequence[tuple[bytes, bytes]], messages: Sequence[Any]) -> str | None:
+    """The agent whose own compaction request this is, or None."""
+    for name, value in headers:
+        if name == b"x-codex-turn-metadata" and _CODEX_KIND.search(value):
+            return "codex"
+    last = next((m for m in reversed(messages) if role(m) == "user"), None)
+    if last is not None:
+        text = message_text(last)[:4000]
+        if any(prompt in text for prompt in _CLAUDE_PROMPTS):
+            return "claude-code"
+    return None

@@ -1,0 +1,239 @@
+"""The Responses API door, end to end with the official openai SDK: compacted like chat
+(non-stream and stream, read_tool_output answered inside the proxy), history held upstream
+passed through and said so, the agent's own compaction recognized, other routes verbatim."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.fake_upstream import FakeUpstream, Recorded, Reply
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = {"policy": "improved", "context_windows": {"default": 8000}}
+KEY = "sk-responses-door-0000000000"
+HANDLE = re.compile(r"handle=(out_[0-9a-f]{16})")
+
+
+def response(output: list[dict[str, Any]], *, usage: int = 10) -> dict[str, Any]:
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": "gpt-5",
+        "output": output,
+        "usage": {"input_tokens": usage, "output_tokens": 2, "total_tokens": usage + 2},
+    }
+
+
+def message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def history(steps: int = 10) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}],
+        },
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the parser."}]},
+    ]
+    for i in range(steps):
+        lines = [f"file {i} line {n}: " + "token " * 8 for n in range(80)]
+        if i == 0:
+            lines[41] = "SECRET-LINE value=4242"
+        items += [
+            {"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": f"gAAAAB-{i}"},
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f"cat f{i}.py"}),
+            },
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": "\n".join(lines)},
+        ]
+    return items
+
+
+def sdk(proxy: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
+
+
+def reads_first_handle(request: Recorded) -> Reply:
+    handle = HANDLE.findall(request.body.decode())[0]
+    call = {
+        "type": "function_call",
+        "id": "fc_read",
+        "call_id": "call_read",
+        "name": "read_tool_output",
+        "arguments": json.dumps({"handle": handle, "pattern": "SECRET"}),
+        "status": "completed",
+    }
+    reasoning = {"type": "reasoning", "id": "rs_read", "summary": [], "encrypted_content": "gAAAAB-read"}
+    return Reply(body=response([reasoning, call]))
+
+
+def test_a_long_history_is_compacted_and_reads_are_answered(start_proxy: Any, upstream: FakeUpstream) -> None:
+    proxy = start_proxy(CONFIG)
+    upstream.queue(
+        Reply(dynamic=reads_first_handle), Reply(body=response([message("value is 4242")], usage=20))
+    )
+    raw = sdk(proxy).responses.with_raw_response.create(model="gpt-5", input=history(), store=False)  # type: ignore[arg-type]
+    answer = raw.parse()
+    assert answer.output_text == "value is 4242"
+    assert answer.usage is not None and answer.usage.input_tokens == 30  # summed over the rounds
+    assert (
+        raw.headers["x-compaction-trigger"] == "threshold" and raw.headers["x-compaction-read-rounds"] == "1"
+    )
+    first, second = upstream.requests
+    sent = first.json()
+    assert int(raw.headers["x-compaction-tokens-after"]) < int(raw.headers["x-compaction-tokens-before"])
+    assert [t["name"] for t in sent["tools"]] == ["read_tool_output"]
+    # Reasoning items reach the upstream exactly as the client sent them.
+    reasoning = {i["id"]: i for i in sent["input"] if i["type"] == "reasoning"}
+    assert all(item["encrypted_content"] == f"gAAAAB-{item['id'][3:]}" for item in reasoning.values())
+    follow_up = second.json()["input"]
+    assert [i["type"] for i in follow_up[-3:]] == ["reasoning", "function_call", "function_call_output"]
+    assert "SECRET-LINE value=4242" in follow_up[-1]["output"]
+
+
+def stream_of(items: list[dict[str, Any]], usage: int) -> list[bytes]:
+    def event(payload: dict[str, Any]) -> bytes:
+        return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
+
+    events = [
+        event({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_s", "output": []}}),
+        event({"type": "response.in_progress", "sequence_number": 1, "response": {"id": "resp_s"}}),
+    ]
+    for index, item in enumerate(items):
+        events.append(event({"type": "response.output_item.added", "output_index": index, "item": item}))
+        if item["type"] == "message":
+            for word in item["content"][0]["text"].split(" "):
+                events.append(
+                    event(
+                        {
+                            "type": "response.output_text.delta",
+                            "output_index": index,
+                            "item_id": item["id"],
+                            "content_index": 0,
+                            "delta": word + " ",
+                        }
+                    )
+                )
+        events.append(event({"type": "response.output_item.done", "output_index": index, "item": item}))
+    done = {"input_tokens": usage, "output_tokens": 3, "total_tokens": usage + 3}
+    events.append(
+        event({"type": "response.completed", "response": response(items, usage=usage) | {"usage": done}})
+    )
+    return events
+
+
+def test_a_stream_over_two_rounds_is_one_well_formed_stream(start_proxy: Any, upstream: FakeUpstream) -> None:
+    proxy = start_proxy(CONFIG)
+
+    def streamed_read(request: Recorded) -> Reply:
+        reply = reads_first_handle(request)
+        return Reply(kind="sse", chunks=stream_of(reply.body["output"], 100), done=False)
+
+    final = [message("found value 4242")]
+    upstream.queue(Reply(dynamic=streamed_read), Reply(kind="sse", chunks=stream_of(final, 50), done=False))
+    events = list(sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True))  # type: ignore[arg-type]
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds.count("response.created") == 1
+    assert kinds[-1] == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text.strip() == "found value 4242"
+    completed = events[-1].response
+    assert [item.type for item in completed.output] == ["message"]
+    assert completed.usage is not None and completed.usage.input_tokens == 150
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "read_tool_output" not in json.dumps([e.model_dump() for e in events])
+
+
+def test_a_failed_round_after_the_stream_started_is_an_error(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    proxy = start_proxy(CONFIG)
+
+    def text_then_read(request: Recorded) -> Reply:
+        read = reads_first_handle(request).body["output"]
+        return Reply(kind="sse", chunks=stream_of([message("Let me look."), *read], 100), done=False)
+
+    failure = Reply(status=500, body={"error": {"message": "boom", "type": "server_error", "code": None}})
+    upstream.queue(Reply(dynamic=text_then_read), failure)
+    stream = sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True)  # type: ignore[arg-type]
+    events = list(stream)
+    # The text so far, then the Responses API's error event; never a completed response.
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta").strip() == "Let me look."
+    )
+    assert events[-1].type == "error" and "HTTP 500" in events[-1].message
+    assert "response.completed" not in [e.type for e in events]
+
+
+def test_history_held_upstream_goes_as_sent(start_proxy: Any, upstream: FakeUpstream) -> None:
+    proxy = start_proxy(CONFIG)
+    upstream.queue(Reply(body=response([message("ok")])))
+    body = {"model": "gpt-5", "input": history(), "previous_response_id": "resp_earlier"}
+    answer = httpx.post(proxy.base_url + "/responses", json=body, headers={"authorization": f"Bearer {KEY}"})
+    assert answer.status_code == 200
+    assert answer.headers["x-compaction-skipped"] == "previous_response_id: the history is held upstream"
+    assert upstream.requests[-1].json() == body
+
+
+def test_the_agents_own_compaction_request_goes_as_sent_and_is_recorded(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    # 13,040 tokens: over the compaction threshold (0.8 x 15,500), within the window.
+    proxy = start_proxy({**CONFIG, "context_windows": {"default": 15_500}})
+    upstream.queue(Reply(body=response([message("summary of the work")])))
+    items = [
+        *history(),
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Summarize."}]},
+    ]
+    headers = {
+        "authorization": f"Bearer {KEY}",
+        "x-codex-turn-metadata": json.dumps({"request_kind": "compaction", "turn_id": "t1"}),
+    }
+    answer = httpx.post(
+        proxy.base_url + "/responses", json={"model": "gpt-5", "input": items, "tools": []}, headers=headers
+    )
+    assert answer.status_code == 200
+    assert answer.headers["x-compaction-skipped"] == "codex's own compaction request"
+    assert upstream.requests[-1].json()["input"] == items
+    time.sleep(0.3)
+    events = httpx.get(
+        proxy.base_url + "/compaction/events", headers={"authorization": f"Bearer {KEY}"}
+    ).json()["data"]
+    assert events[-1]["dialect"] == "responses"
+    assert events[-1]["dialect_notes"]["agent_compaction"] == {
+        "agent": "codex",
+        "action": "forwarded as sent",
+    }
+
+
+def test_other_responses_routes_are_verbatim(proxy: Any, upstream: FakeUpstream) -> None:
+    headers = {"authorization": f"Bearer {KEY}"}
+    got = httpx.get(proxy.base_url + "/responses/resp_123?include=x", headers=headers)
+    assert got.json()["echo"] == {"method": "GET", "path": "/v1/responses/resp_123", "query": "include=x"}
+    body = {"model": "gpt-5", "input": history(2)}
+    compacted = httpx.post(proxy.base_url + "/responses/compact", json=body, headers=headers)
+    assert compacted.json()["echo"]["path"] == "/v1/responses/compact"
+    assert upstream.requests[-1].json() == body
+    assert "x-compaction-policy" not in compacted.headers
