@@ -430,7 +430,9 @@ class LoopDriver:
             self.result.usage_per_round.append(stream.usage or {})
             reads = self.loop.wants_reads(stream.calls())
             if reads:
-                answer = Answer(calls=stream.calls(), text=stream.text or None, usage=stream.usage)
+                answer = Answer(
+                    calls=stream.calls(), text=stream.text or None, usage=stream.usage, items=stream.items()
+                )
                 await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
                 continue
             if not stream.complete:

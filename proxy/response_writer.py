@@ -108,7 +108,9 @@ class ResponseWriter:
             await self.respond(error.status, headers, error.body())
             return
         if self.streaming:
-            await self.write(self._error_event(error))
+            # A dialect's stream may keep state its error event needs (ids, numbering).
+            event = self.stream_state.get("error_event", self._error_event)
+            await self.write(event(error))
         self.finished = True
         self._mark_done()
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -216,6 +216,9 @@ class ChatStream:
             call["function"]["name"] += function.get("name") or ""
             call["function"]["arguments"] += function.get("arguments") or ""
 
+    def items(self) -> list[Any]:
+        return []  # a chat round's calls and text are all ``add_round`` needs
+
     def calls(self) -> list[Any]:
         return [self._calls[i] for i in sorted(self._calls)]
 

@@ -69,7 +69,7 @@ class ResponsesStream:
         self.writer = writer
         self.is_read_call = is_read_call
         self.relay: Relay = writer.stream_state.setdefault("responses", Relay(writer))
-        self.items: dict[int, _Item] = {}
+        self._items: dict[int, _Item] = {}
         self.text = ""
         self.usage: dict[str, Any] | None = None
         self.complete = False
@@ -110,9 +110,9 @@ class ResponsesStream:
         if kind == "response.output_item.added":
             added = payload.get("item")
             new = _Item(str(added.get("type")) if isinstance(added, dict) else "", self.is_read_call(added))
-            self.items[index] = new
+            self._items[index] = new
             await self._started(index, new)
-        item = self.items.get(index)
+        item = self._items.get(index)
         if item is None:
             return
         if kind == "response.output_item.done" and isinstance(payload.get("item"), dict):
@@ -131,27 +131,31 @@ class ResponsesStream:
         if item.kind == "reasoning":
             self._pending_reasoning.append(index)
             return
+        if item.kind != "message" and not item.read:
+            return  # an agent's call is held to the round's end, with the reasoning before it
         held, self._pending_reasoning = self._pending_reasoning, []
         for reasoning in held:
-            if not item.read:
-                await self.relay.flush(self.items[reasoning])
+            if item.read:
+                self._items[reasoning].read = True  # it goes back upstream with the read
+            else:
+                await self.relay.flush(self._items[reasoning])
         if item.kind == "message":
             self.relay.assign(item)  # text is relayed as it arrives
 
     def calls(self) -> list[Any]:
-        return [i.done for _, i in sorted(self.items.items()) if i.kind in _CALLS and i.done is not None]
+        return [i.done for _, i in sorted(self._items.items()) if i.kind in _CALLS and i.done is not None]
 
-    @property
-    def output(self) -> list[Any]:
-        return [i.done for _, i in sorted(self.items.items()) if i.done is not None]
+    def items(self) -> list[Any]:
+        """The round's finished output items (reasoning, messages, calls), in order."""
+        return [i.done for _, i in sorted(self._items.items()) if i.done is not None]
 
     async def finish(self, total_usage: dict[str, int]) -> None:
         """The last round: held reasoning and calls of the agent's, then one completion."""
-        for _, item in sorted(self.items.items()):
+        for _, item in sorted(self._items.items()):
             if item.index is None and not item.read and item.kind != "message":
                 await self.relay.flush(item)
         completed = self._completed or {"type": "response.completed", "response": {}}
-        response = dict(completed.get("response") or {})
+        response = {**(completed.get("response") or {}), **self.relay.identity}
         response["output"] = self.relay.output
         if total_usage:
             usage = response.get("usage")
@@ -184,6 +188,9 @@ class Relay:
         # The first round's created/in_progress events: held until there is something to send,
         # so a round that only reads has sent nothing, and a failure after it keeps its status.
         self.preamble: list[dict[str, Any]] = []
+        # The first round's response id and creation time: the client sees one response.
+        self.identity: dict[str, Any] = {}
+        writer.stream_state["error_event"] = self.failure_events
 
     @property
     def output(self) -> list[Any]:
@@ -204,8 +211,38 @@ class Relay:
     async def send_item(self, item: _Item, payload: dict[str, Any]) -> None:
         await self.send({**payload, "output_index": item.index})
 
+    def failure_events(self, error: ProxyError) -> bytes:
+        """A failure after the stream started: the ``error`` event, then ``response.failed`` for
+        the response the client has been receiving (Codex shows its message), no completion."""
+        held, self.preamble = self.preamble, []
+        failed = {
+            **(held[0].get("response") or {} if held else {}),
+            **self.identity,
+            "status": "failed",
+            "error": {"code": error.code or error.type, "message": error.message},
+            "output": self.output,
+        }
+        events = [
+            *held,
+            {
+                "type": "error",
+                "code": error.code or error.type,
+                "message": error.message,
+                "param": error.param,
+            },
+            {"type": "response.failed", "response": failed},
+        ]
+        chunks = []
+        for payload in events:
+            chunks.append(encode({**payload, "sequence_number": self.sequence}))
+            self.sequence += 1
+        return b"".join(chunks)
+
     async def send(self, payload: dict[str, Any], *, last: bool = False) -> None:
         if payload.get("type") in _ROUND_EVENTS:
+            response = payload.get("response")
+            if not self.identity and isinstance(response, dict):
+                self.identity = {k: response[k] for k in ("id", "created_at") if k in response}
             self.opened = True
             self.preamble.append(payload)
             return

@@ -163,6 +163,54 @@ def test_a_stream_over_two_rounds_is_one_well_formed_stream(start_proxy: Any, up
     assert [item.type for item in completed.output] == ["message"]
     assert completed.usage is not None and completed.usage.input_tokens == 150
     assert [e.sequence_number for e in events] == list(range(len(events)))
+    # One response: the completion carries the id the stream started with (the SDK's stream
+    # helper refuses a response whose identity changes).
+    assert completed.id == events[0].response.id == "resp_s"
+    # The read went back upstream with its reasoning and its call, as the API requires.
+    follow_up = upstream.requests[1].json()["input"]
+    assert [i["type"] for i in follow_up[-3:]] == ["reasoning", "function_call", "function_call_output"]
+    assert follow_up[-2]["call_id"] == follow_up[-1]["call_id"] == "call_read"
+    assert follow_up[-3]["encrypted_content"] == "gAAAAB-read"
+
+
+def test_a_streamed_round_that_reads_sends_none_of_its_items_to_the_client(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """Reasoning, an agent's call and a read in one round: the round is asked again, so neither
+    the call nor the reasoning before it reaches the client (its history would hold a reasoning
+    item without the item that followed it)."""
+    proxy = start_proxy(CONFIG)
+
+    def mixed(request: Recorded) -> Reply:
+        read = reads_first_handle(request).body["output"]
+        agent_call = {
+            "type": "function_call",
+            "id": "fc_agent",
+            "call_id": "call_agent",
+            "name": "exec_command",
+            "arguments": json.dumps({"cmd": "ls"}),
+            "status": "completed",
+        }
+        reasoning = {"type": "reasoning", "id": "rs_agent", "summary": [], "encrypted_content": "gAAAAB-a"}
+        return Reply(kind="sse", chunks=stream_of([reasoning, agent_call, *read], 100), done=False)
+
+    final = [
+        {"type": "reasoning", "id": "rs_final", "summary": [], "encrypted_content": "gAAAAB-f"},
+        {
+            "type": "function_call",
+            "id": "fc_final",
+            "call_id": "call_final",
+            "name": "exec_command",
+            "arguments": json.dumps({"cmd": "grep -n 4242 f0.py"}),
+            "status": "completed",
+        },
+    ]
+    upstream.queue(Reply(dynamic=mixed), Reply(kind="sse", chunks=stream_of(final, 50), done=False))
+    events = list(sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True))  # type: ignore[arg-type]
+    added = [e.item.id for e in events if e.type == "response.output_item.added"]
+    assert added == ["rs_final", "fc_final"]
+    assert [item.id for item in events[-1].response.output] == ["rs_final", "fc_final"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
     assert "read_tool_output" not in json.dumps([e.model_dump() for e in events])
 
 
@@ -179,12 +227,18 @@ def test_a_failed_round_after_the_stream_started_is_an_error(
     upstream.queue(Reply(dynamic=text_then_read), failure)
     stream = sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True)  # type: ignore[arg-type]
     events = list(stream)
-    # The text so far, then the Responses API's error event; never a completed response.
+    # The text so far, then the Responses API's error event and the response failed (with the
+    # id the client has been receiving); never a completed response.
     assert (
         "".join(e.delta for e in events if e.type == "response.output_text.delta").strip() == "Let me look."
     )
-    assert events[-1].type == "error" and "HTTP 500" in events[-1].message
+    error, failed = events[-2:]
+    assert error.type == "error" and "HTTP 500" in error.message
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert failed.response.id == events[0].response.id
+    assert failed.response.error is not None and "HTTP 500" in failed.response.error.message
     assert "response.completed" not in [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
 def test_history_held_upstream_goes_as_sent(start_proxy: Any, upstream: FakeUpstream) -> None:
