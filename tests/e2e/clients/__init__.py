@@ -4,7 +4,8 @@ Each driver runs one scripted agent run (the model is ``tests.agent_upstream.Age
 reached through the proxy) with the client's own loop and tools, and returns a ``ClientRun``:
 the final answer, the steps the client's tool really ran, and the client's own history.
 Imports of the client libraries stay inside the drivers, so collecting the tests never
-imports them (and litellm never looks for its cost map on the network).
+imports them (and litellm never looks for its cost map on the network). The drivers of
+Responses API clients (openai SDK, Agents SDK, Codex CLI) are in ``responses/``.
 """
 
 from __future__ import annotations
