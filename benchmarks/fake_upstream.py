@@ -11,6 +11,9 @@ Routes:
 * ``POST .../chat/completions``: reads the whole body, waits ``--delay-ms``, then answers a
   fixed ``chat.completion``, or with ``"stream": true`` ``--chunks`` SSE
   ``chat.completion.chunk`` events (``--chunk-interval-ms`` apart) and ``data: [DONE]``.
+* ``POST .../messages`` (Anthropic) and ``POST .../responses``: the same reply as a Messages
+  ``message`` or a Responses ``response`` object, or with ``"stream": true`` that format's
+  event stream (built the same way, all at once).
 * ``GET /stats``: ``{"requests", "stream_requests", "body_bytes"}`` of chat requests;
   ``POST /stats/reset`` zeroes them. ``GET /healthz``: ``{"status": "ok"}``.
 
@@ -58,6 +61,53 @@ class Payloads:
 
     completion: bytes
     stream_events: list[bytes] = field(default_factory=list)
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + _compact({"type": kind, **payload}) + b"\n\n"
+
+
+def anthropic_payloads(chunks: int) -> Payloads:
+    """The reply as an Anthropic ``message`` and as its event stream."""
+    usage = {"input_tokens": 2000, "output_tokens": 21}
+    message = {"id": "msg_bench0001", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6"}
+    final = {**message, "content": [{"type": "text", "text": _REPLY}], "stop_reason": "end_turn"}
+    final |= {"stop_sequence": None, "usage": usage}
+    step = max(1, -(-len(_REPLY) // max(1, chunks)))
+    events = [_event("message_start", {"message": {**message, "content": [], "usage": usage}})]
+    events.append(_event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}))
+    for i in range(0, len(_REPLY), step):
+        delta = {"type": "text_delta", "text": _REPLY[i : i + step]}
+        events.append(_event("content_block_delta", {"index": 0, "delta": delta}))
+    events.append(_event("content_block_stop", {"index": 0}))
+    delta = {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 21}}
+    events += [_event("message_delta", delta), _event("message_stop", {})]
+    return Payloads(completion=_compact(final), stream_events=events)
+
+
+def responses_payloads(chunks: int) -> Payloads:
+    """The reply as a Responses ``response`` and as its event stream."""
+    item = {"type": "message", "id": "msg_b1", "role": "assistant", "status": "completed"}
+    item["content"] = [{"type": "output_text", "text": _REPLY, "annotations": []}]
+    usage = {"input_tokens": 2000, "output_tokens": 21, "total_tokens": 2021}
+    response = {"id": "resp_bench0001", "object": "response", "status": "completed", "model": _MODEL}
+    final = {**response, "output": [item], "usage": usage}
+    step = max(1, -(-len(_REPLY) // max(1, chunks)))
+    opening = {**response, "status": "in_progress", "output": []}
+    events = [
+        _event("response.created", {"response": opening}),
+        _event("response.in_progress", {"response": opening}),
+    ]
+    events.append(_event("response.output_item.added", {"output_index": 0, "item": {**item, "content": []}}))
+    for i in range(0, len(_REPLY), step):
+        delta = {"output_index": 0, "item_id": "msg_b1", "content_index": 0, "delta": _REPLY[i : i + step]}
+        events.append(_event("response.output_text.delta", delta))
+    events.append(_event("response.output_item.done", {"output_index": 0, "item": item}))
+    events.append(_event("response.completed", {"response": final}))
+    return Payloads(
+        completion=_compact(final),
+        stream_events=[e.replace(b"}\n\n", b',"sequence_number":%d}\n\n' % n) for n, e in enumerate(events)],
+    )
 
 
 def _compact(value: Any) -> bytes:
@@ -294,9 +344,30 @@ class FakeUpstream:
         self._completion = _head(200, b"application/json", len(completion), True) + completion
         events = b"".join(_chunk(e) for e in self.payloads.stream_events)
         self._stream_all = _head(200, b"text/event-stream", None, True) + events + b"0\r\n\r\n"
+        # Other formats' answers, whole: (plain, streamed) by path suffix.
+        self._formats: dict[bytes, tuple[bytes, bytes]] = {}
+        for suffix, payloads in (
+            (b"/messages", anthropic_payloads(chunks)),
+            (b"/responses", responses_payloads(chunks)),
+        ):
+            plain = _head(200, b"application/json", len(payloads.completion), True) + payloads.completion
+            streamed = b"".join(_chunk(e) for e in payloads.stream_events)
+            self._formats[suffix] = (
+                plain,
+                _head(200, b"text/event-stream", None, True) + streamed + b"0\r\n\r\n",
+            )
 
     def respond(self, conn: UpstreamProtocol, request: Request, parts: list[bytes]) -> None:
         path, method = request.path, request.method
+        suffix = next((s for s in self._formats if path.split(b"?", 1)[0].endswith(s)), None)
+        if method == b"POST" and suffix is not None and request.keep_alive:
+            stream = wants_stream(parts)
+            self.stats.requests += 1
+            self.stats.stream_requests += stream
+            self.stats.body_bytes += sum(len(part) for part in parts)
+            plain, streamed = self._formats[suffix]
+            conn.send(streamed if stream else plain)
+            return
         if method == b"POST" and path.endswith(b"/chat/completions"):
             stream = wants_stream(parts)
             self.stats.requests += 1

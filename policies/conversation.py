@@ -24,6 +24,10 @@ Message = dict[str, Any]
 # understand (a server-side compaction item, an item reference, a web search call...): kept as
 # sent and in place, never summarized, offloaded or dropped (it is always pinned).
 OPAQUE_ROLE = "opaque"
+# A neutral message's text that its wire format sends with it but the policies never read
+# (Anthropic thinking, server tool blocks): counted in the message's tokens, shown to no
+# summary, kept with its message by the dialect that wrote it.
+WIRE_ONLY = "wire_only"
 
 
 def message_text(message: Any) -> str:

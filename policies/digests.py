@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from policies.conversation import Message
+from policies.conversation import WIRE_ONLY, Message
 from policies.tokens import TokenCounter, text_key
 
 # Shapes of tool-call messages whose digests are memoized (any other key: digested in full).
-_PLAIN_CALL_MESSAGE = frozenset({"role", "content", "tool_calls", "name"})
+_PLAIN_CALL_MESSAGE = frozenset({"role", "content", "tool_calls", "name", WIRE_ONLY})
 _PLAIN_CALL = frozenset({"id", "type", "function"})
 _PLAIN_FUNCTION = frozenset({"name", "arguments"})
 
@@ -73,8 +73,15 @@ class Digests:
             or not _PLAIN_CALL_MESSAGE.issuperset(message)
         ):
             return _full_digest(message)
-        parts: list[object] = [str(message.get("role")), "" if content is None else text_key(content)]
-        texts: list[str] = ["" if content is None else content]
+        wire_only = message.get(WIRE_ONLY, "")
+        if not isinstance(wire_only, str):
+            return _full_digest(message)
+        parts: list[object] = [
+            str(message.get("role")),
+            "" if content is None else text_key(content),
+            text_key(wire_only),
+        ]
+        texts: list[str] = ["" if content is None else content, wire_only]
         for call in calls:
             function = call.get("function") if isinstance(call, dict) else None
             if (

@@ -356,6 +356,9 @@ class TokenCounter:
         function_call = message.get("function_call")
         if isinstance(function_call, dict):
             total += self.count_content(function_call, encoding)
+        wire_only = message.get("wire_only")  # policies.conversation.WIRE_ONLY
+        if isinstance(wire_only, str) and wire_only:
+            total += self.count_text(wire_only, encoding)
         return total
 
     def count_tools(self, tools: object, encoding: str) -> int:

@@ -17,17 +17,16 @@ from litestar.openapi import OpenAPIConfig
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
-from policies.windows import ContextWindows
 from proxy.compaction import CompactionService
 from proxy.control import control_routes
 from proxy.dialects import ROUTES, make_dialects
 from proxy.edge import Edge, Receive, Scope, Send
 from proxy.events import EventSink, config_hash
-from proxy.forwarding import UpstreamBase
 from proxy.large_requests import LargeRequests
 from proxy.memory import malloc_trim, trim_forever
 from proxy.metrics import Metrics
-from proxy.observers import AccessLog, CompactionRecord, Observer, RequestMetrics
+from proxy.observers import AccessLog, CompactionRecord, Observer, RequestMetrics, TokenCalibration
+from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
 from proxy.route import CompactingRoute
@@ -36,6 +35,7 @@ from proxy.settings import Settings, load_settings, policy_specs
 from proxy.shadow import ShadowComparer
 from proxy.store import SQLiteStore, Store
 from proxy.summarizer import OpenAISummarizer
+from proxy.token_factors import ScaledWindows, TokenFactors
 from proxy.upstream import Upstream
 
 
@@ -106,9 +106,15 @@ def create_app(
     )
     read_schema = tool_schema(settings.read_tool.max_lines)
     large = LargeRequests(settings)
+    factors = TokenFactors(
+        settings.tokens.model_factors,
+        calibrate=settings.tokens.calibrate,
+        path=Path(settings.state_dir) / "token_factors.json",
+    )
+    windows = ScaledWindows(settings.context_windows, factors)
     service = CompactionService(
         counter=counter,
-        windows=ContextWindows(settings.context_windows),
+        windows=windows,
         store=store,
         sessions=sessions,
         metrics=metrics,
@@ -130,18 +136,18 @@ def create_app(
         default_mode=settings.mode,
         service=service,
         counter=counter,
-        windows=ContextWindows(settings.context_windows),
+        windows=windows,
         upstream=upstream,
         store=store,
         metrics=metrics,
         shadow=shadow,
         loop_limits=loop_limits(settings),
         read_max_lines=settings.read_tool.max_lines,
-        api_key=settings.upstream.api_key,
     )
     events = EventSink(store, settings.events.jsonl_path, log)
     version = package_version()
     observers: list[Observer] = [
+        TokenCalibration(factors, dialects),
         CompactionRecord(
             metrics=metrics,
             events=events,
@@ -158,12 +164,10 @@ def create_app(
         routes=ROUTES,
         route=route,
         upstream=upstream,
-        upstream_base=UpstreamBase(settings.upstream.base_url),
+        providers=make_providers(settings),
         metrics=metrics,
         observers=observers,
         max_body_bytes=settings.server.max_body_bytes,
-        refuse_anonymous=bool(settings.upstream.api_key) and not settings.server.allow_anonymous,
-        api_key=settings.upstream.api_key,
         logger=log,
     )
     background: set[asyncio.Task[None]] = set()
@@ -178,8 +182,15 @@ def create_app(
             except Exception as exc:  # expiry retries at the next interval
                 log.warning("store_expiry_failed", error=type(exc).__name__)
 
+    async def save_factors_forever() -> None:
+        while True:
+            await asyncio.sleep(30)
+            await asyncio.to_thread(factors.save)
+
     async def on_startup() -> None:
         prepare_state_dir(settings.state_dir)
+        await asyncio.to_thread(factors.load)
+        background.add(asyncio.create_task(save_factors_forever()))
         # Loading a BPE table takes a few hundred ms: do it off the event loop, before ready.
         await asyncio.to_thread(counter.warm_up)
         try:
@@ -197,6 +208,7 @@ def create_app(
         log.info(
             "started",
             upstream=settings.upstream.base_url,
+            anthropic=settings.anthropic.base_url,
             policy=settings.policy,
             mode=settings.mode,
             policies=sorted(policies),
@@ -208,6 +220,7 @@ def create_app(
         await asyncio.gather(*background, *service.background, return_exceptions=True)
         await asyncio.gather(*shadow.tasks, return_exceptions=True)
         await events.drain()
+        await asyncio.to_thread(factors.save)
         large.close()
         await store.close()
         await upstream.aclose()

@@ -99,7 +99,7 @@ def http_protocol(settings: Settings) -> Any:
 def _check(args: argparse.Namespace) -> int:
     settings = _load(args)
     resolved = to_builtins(settings)
-    for section, secret in (("upstream", "api_key"), ("server", "admin_token")):
+    for section, secret in (("upstream", "api_key"), ("anthropic", "api_key"), ("server", "admin_token")):
         if resolved[section].get(secret):
             resolved[section][secret] = "<set>"
     sys.stdout.write(yaml.safe_dump(resolved, sort_keys=False))

@@ -18,7 +18,6 @@ from typing import Any
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.tokens import TokenCounter
-from policies.windows import ContextWindows
 from proxy.errors import ProxyError
 from proxy.forwarding import header_value
 from proxy.large_requests import LargeRequests, LargeWorker
@@ -27,6 +26,7 @@ from proxy.session_index import BranchIndex, Resolution
 from proxy.sessions import MemorySessions, bearer_key, explicit_session, root_session
 from proxy.store import Store
 from proxy.summarizer import OpenAISummarizer
+from proxy.token_factors import ScaledWindows
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -63,7 +63,7 @@ class CompactionService:
         self,
         *,
         counter: TokenCounter,
-        windows: ContextWindows,
+        windows: ScaledWindows,
         store: Store,
         sessions: MemorySessions,
         metrics: Metrics,

@@ -10,7 +10,7 @@ import hmac
 from typing import Any
 
 import orjson
-from litestar import MediaType, Request, Response, get
+from litestar import MediaType, Request, Response, get, head
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromQuery
 
@@ -24,6 +24,15 @@ from proxy.store import Store
 def control_routes(
     settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
 ) -> list[HTTPRouteHandler]:
+    @get("/", sync_to_thread=False, media_type=MediaType.JSON)
+    def root() -> dict[str, str]:
+        """What answers here (clients such as Claude Code probe the base URL at start)."""
+        return {"service": "compaction-proxy", "status": "ok"}
+
+    @head("/", sync_to_thread=False, include_in_schema=False)
+    def root_head() -> None:
+        """The probe as ``HEAD /``."""
+
     @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
@@ -61,7 +70,7 @@ def control_routes(
         else:
             if (
                 not credentials(raw_headers)
-                and settings.upstream.api_key
+                and (settings.upstream.api_key or settings.anthropic.api_key)
                 and not settings.server.allow_anonymous
             ):
                 # Anonymous clients are refused on the data plane: they own no events either.
@@ -89,4 +98,4 @@ def control_routes(
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    return [healthz, readyz, metrics_route, compaction_events]
+    return [root, root_head, healthz, readyz, metrics_route, compaction_events]

@@ -20,9 +20,10 @@ import structlog
 
 from proxy.errors import ProxyError
 from proxy.exchange import Body, ClientDisconnected, Exchange, new_request_id
-from proxy.forwarding import UnsafePath, UpstreamBase, header_value, upstream_request_headers
+from proxy.forwarding import UnsafePath, header_value
 from proxy.metrics import Metrics
 from proxy.observers import Observer
+from proxy.providers import Providers
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.route import CompactingRoute
@@ -41,25 +42,20 @@ class Edge:
         routes: Mapping[bytes, str],
         route: CompactingRoute,
         upstream: Upstream,
-        upstream_base: UpstreamBase,
+        providers: Providers,
         metrics: Metrics,
         observers: Sequence[Observer],
         max_body_bytes: int,
-        refuse_anonymous: bool,
-        api_key: str | None,
         logger: Any = None,
     ) -> None:
         """``routes``: POST paths whose requests are compacted, and their dialect."""
         self.routes = routes
         self.route = route
         self.upstream = upstream
-        self.upstream_base = upstream_base
+        self.providers = providers
         self.metrics = metrics
         self.observers = observers
         self.max_body = max_body_bytes
-        # Clients without a credential would spend the configured key as one shared tenant.
-        self.refuse_anonymous = refuse_anonymous
-        self.api_key = api_key
         # Bound once: a lazy proxy logger would resolve its configuration on every call.
         self.log = (logger or structlog.get_logger("compaction_proxy")).bind()
 
@@ -90,8 +86,9 @@ class Edge:
                     return
 
         watcher: asyncio.Task[None] | None = None
+        provider = self.providers.for_request(raw_path, scope["headers"])
         try:
-            if self.refuse_anonymous and not credentials(scope["headers"]):
+            if provider.refuse_anonymous and not credentials(scope["headers"]):
                 raise ProxyError(
                     401,
                     "You didn't provide an API key. Send it in an Authorization header "
@@ -99,7 +96,7 @@ class Edge:
                     code="missing_api_key",
                 )
             try:
-                url = self.upstream_base.url(raw_path, scope.get("query_string", b""))
+                url = provider.base.url(raw_path, scope.get("query_string", b""))
             except UnsafePath:
                 raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
             body = await self._read_body(scope, receive)
@@ -107,9 +104,9 @@ class Edge:
             if dialect is not None:
                 handed = Body(body)
                 del body
-                await self.route.handle(send, dialect, scope["headers"], handed, url, exchange)
+                await self.route.handle(send, dialect, scope["headers"], handed, url, exchange, provider)
             else:
-                headers = upstream_request_headers(scope["headers"], fallback_api_key=self.api_key)
+                headers = provider.upstream_headers(scope["headers"])
                 await relay(
                     upstream=self.upstream,
                     metrics=self.metrics,
@@ -120,6 +117,7 @@ class Edge:
                     content=body,
                     exchange=exchange,
                     route_headers=None,
+                    error_body=provider.error_body,
                 )
         except ProxyError as error:
             exchange.status = error.status
@@ -127,7 +125,9 @@ class Edge:
             self.metrics.errors.labels(exchange.error).inc()
             exchange.responded = True
             with contextlib.suppress(OSError):
-                await ResponseWriter(send, extra_headers=exchange.extra_headers).fail(error)
+                await ResponseWriter(
+                    send, extra_headers=exchange.extra_headers, error_body=provider.error_body
+                ).fail(error)
         except ClientDisconnected:
             exchange.error = "client_disconnected"
         except asyncio.CancelledError:

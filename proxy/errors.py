@@ -1,16 +1,32 @@
-"""OpenAI-style error bodies: ``{"error": {"message", "type", "param", "code"}}``.
+"""Error bodies in each provider's shape, for the errors the proxy itself produces.
 
-The official SDKs read ``error.message`` and ``error.code`` from this shape, so errors the
-proxy itself produces surface to agents exactly like the upstream's own.
+OpenAI: ``{"error": {"message", "type", "param", "code"}}``; Anthropic: ``{"type": "error",
+"error": {"type", "message"}}``. The official SDKs read these shapes (and raise by status), so
+errors the proxy makes surface to agents exactly like the upstream's own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import orjson
 
 
 def error_body(message: str, *, type: str, code: str | None = None, param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+# Anthropic's error types by status (its SDKs choose the exception class by status).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
 class ProxyError(Exception):
@@ -36,3 +52,18 @@ class ProxyError(Exception):
 
     def body(self) -> bytes:
         return error_body(self.message, type=self.type, code=self.code, param=self.param)
+
+
+# A provider's error body for an error the proxy answers itself.
+ErrorBody = Callable[[ProxyError], bytes]
+
+
+def anthropic_error_body(error: ProxyError) -> bytes:
+    kind = _ANTHROPIC_TYPES.get(error.status) or (
+        "api_error" if error.status >= 500 else "invalid_request_error"
+    )
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message}})
+
+
+def openai_error_body(error: ProxyError) -> bytes:
+    return error.body()

@@ -71,6 +71,14 @@ class Exchange:
     offloaded_bytes: int = 0
     reads: LoopResult | None = None
     compare: ShadowCompare | None = None
+    # A model counted with a token factor (proxy/token_factors.py): the factor its view was
+    # held to, and the head of a relayed answer, which reports the real prompt tokens.
+    token_factor: float | None = None
+    head_limit: int = 0
+    answer_head: bytearray = field(default_factory=bytearray)
+    answer_sse: bool = False
+    # What the compaction event records about the count (the proxy's, estimated, reported).
+    token_count: dict[str, Any] | None = None
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)

@@ -48,14 +48,16 @@ def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 def upstream_request_headers(
     client_headers: Sequence[tuple[bytes, bytes]],
     *,
-    fallback_api_key: str | None,
+    fallback: tuple[bytes, bytes] | None,
     extra: Iterable[tuple[bytes, bytes]] = (),
 ) -> Headers:
     """The client's headers as the upstream should receive them.
 
-    The client's own credential wins; the configured key is used only when the client
-    presents none at all (no ``Authorization``, ``api-key`` or ``x-api-key``), so a deployment
-    can hold the key for clients that have none, and never adds it to another credential.
+    The client's own credential wins; the configured key (``fallback``: the header that carries
+    it, ``authorization: Bearer ...`` for OpenAI, ``x-api-key`` for Anthropic) is added only when
+    the client presents none at all (no ``Authorization``, ``api-key`` or ``x-api-key``), so a
+    deployment can hold the key for clients that have none, and never adds it to another
+    credential.
     """
     dropped = _REQUEST_DROP | _connection_tokens(client_headers)
     result: Headers = []
@@ -66,8 +68,8 @@ def upstream_request_headers(
         if name in _CREDENTIALS and value.strip():
             has_credential = True
         result.append((name, value))
-    if not has_credential and fallback_api_key:
-        result.append((b"authorization", b"Bearer " + fallback_api_key.encode("latin-1")))
+    if not has_credential and fallback is not None:
+        result.append(fallback)
     result.extend(extra)
     return result
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from proxy.dialects.base import Dialect
 from proxy.events import EventSink, build_event
 from proxy.exchange import Exchange, status_class
 from proxy.metrics import Metrics
 from proxy.shadow import Decide, ShadowComparer
+from proxy.token_factors import TokenFactors
 
 # Sends a compacted body upstream for a shadow comparison: (dialect, url, headers, body, tenant).
 AskUpstream = Callable[
@@ -87,6 +89,8 @@ class CompactionRecord:
             session_fork=exchange.session_fork,
         )
         event["dialect"] = exchange.route
+        if exchange.token_count is not None:
+            event["token_count"] = exchange.token_count
         if exchange.dialect_notes:
             event["dialect_notes"] = exchange.dialect_notes
         if not (outcome.mechanisms or outcome.trigger):
@@ -117,6 +121,44 @@ class CompactionRecord:
             )
             return
         self.events.emit(event)
+
+
+class TokenCalibration:
+    """For a model counted with a token factor: the prompt tokens the upstream reported for the
+    view, learned into the factor (``proxy/token_factors.py``) and noted for the event."""
+
+    def __init__(self, factors: TokenFactors, dialects: Mapping[str, Dialect]) -> None:
+        self.factors = factors
+        self.dialects = dialects
+
+    def observe(self, exchange: Exchange) -> None:
+        outcome, factor = exchange.outcome, exchange.token_factor
+        dialect = self.dialects.get(exchange.route)
+        if outcome is None or factor is None or dialect is None:
+            return
+        # What went upstream: the view (enforce) or the client's own request (shadow).
+        counted = outcome.tokens_after if exchange.mode == "enforce" else outcome.tokens_before
+        reported = 0
+        if exchange.status == 200:
+            reads = exchange.reads
+            if reads is not None and reads.usage_per_round and reads.round_tokens:
+                counted = reads.round_tokens[0]  # the first round: the view and the read tool
+                reported = dialect.prompt_tokens(reads.usage_per_round[0])
+            elif exchange.answer_head:
+                reported = dialect.reported_prompt_tokens(bytes(exchange.answer_head), exchange.answer_sse)
+        exchange.answer_head = bytearray()
+        # A request with tools (the read tool included) gets the provider's fixed tool prompt.
+        tools = bool(exchange.dialect_notes.get("tools", True)) or exchange.reads is not None
+        ratio = self.factors.observe(exchange.model, counted, reported, tools) if reported else None
+        fixed = self.factors.fixed_for(exchange.model) if tools else 0
+        exchange.token_count = {
+            "counted": counted,
+            "factor": factor,
+            "fixed": fixed,
+            "estimated": round(counted * factor) + fixed,
+            "reported": reported or None,
+            "ratio": round(ratio, 4) if ratio is not None else None,
+        }
 
 
 class RequestMetrics:

@@ -13,9 +13,11 @@ reads of one answer and capped per result; it says what it left out. Reads per a
 bytes read per request are limited too; past a limit the model is told so and goes on without.
 
 If one answer mixes ``read_tool_output`` with the agent's own tool calls, the proxy resolves
-its reads and asks again *without* the agent's calls of that answer: the model re-issues them
-with the evidence in hand, and the agent never receives a call planned before the model read
-what it asked for.
+its reads and asks again, and the agent's calls of that answer are never run: the model
+re-issues them with the evidence in hand, and the agent never receives a call planned before
+the model read what it asked for. (Chat drops those calls from the round it sends back; the
+Responses and Messages doors send the answer back whole, each of those calls answered with
+``NOT_RUN``, since their reasoning and thinking must return with the items that followed them.)
 
 ``ReadLoop`` is the sans-I/O core (next request, feed an answer, get reads or the end), the
 same for every wire format: its ``Dialect`` counts, appends rounds and withdraws the tool. The

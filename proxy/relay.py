@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from proxy.errors import ProxyError
+from proxy.errors import ErrorBody, ProxyError, openai_error_body
 from proxy.exchange import Exchange
 from proxy.forwarding import client_response_headers, header_value
 from proxy.metrics import Metrics
@@ -34,6 +34,7 @@ async def relay(
     exchange: Exchange,
     route_headers: list[tuple[bytes, bytes]] | None,
     error_event: ErrorEvent = chat_error_event,
+    error_body: ErrorBody = openai_error_body,
 ) -> None:
     """``route_headers``: the compaction headers of a dialect route (None: passthrough)."""
     sent_at = time.perf_counter()
@@ -45,7 +46,11 @@ async def relay(
         raise upstream_failure(exc) from None
     del content  # sent: not kept while the answer streams
     writer = ResponseWriter(
-        send, extra_headers=exchange.extra_headers, error_event=error_event, mark_done=exchange.mark_responded
+        send,
+        extra_headers=exchange.extra_headers,
+        error_event=error_event,
+        error_body=error_body,
+        mark_done=exchange.mark_responded,
     )
     try:
         out_headers = client_response_headers(response.headers.raw)
@@ -58,6 +63,8 @@ async def relay(
         compare = exchange.compare
         if compare is not None:
             compare.captured_sse = is_sse
+        exchange.answer_sse = is_sse
+        head_limit = exchange.head_limit if response.status_code == 200 else 0
         writer.start(response.status_code, out_headers, streaming=is_sse)
         await writer.write(b"")  # headers now: a stream's first event may take the model a while
         first = True
@@ -70,6 +77,8 @@ async def relay(
                     first = False
                 if compare is not None and len(compare.captured) < CAPTURE_LIMIT:
                     compare.captured += chunk
+                if len(exchange.answer_head) < head_limit:
+                    exchange.answer_head += chunk[: head_limit - len(exchange.answer_head)]
                 await writer.write(chunk)
         except httpx.HTTPError as exc:
             exchange.error = "upstream_" + ("timeout" if isinstance(exc, httpx.TimeoutException) else "reset")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import ErrorBody, ProxyError, openai_error_body
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
@@ -38,9 +38,11 @@ class ResponseWriter:
         *,
         extra_headers: Headers | None = None,
         error_event: ErrorEvent = chat_error_event,
+        error_body: ErrorBody = openai_error_body,
         mark_done: Callable[[], None] = lambda: None,
     ) -> None:
         self._send = send
+        self._error_body = error_body
         self.extra_headers = list(extra_headers or [])
         self._error_event = error_event
         self._mark_done = mark_done
@@ -105,7 +107,7 @@ class ResponseWriter:
         if not self.started:
             self._pending = None
             headers = [(b"content-type", b"application/json"), *error.headers]
-            await self.respond(error.status, headers, error.body())
+            await self.respond(error.status, headers, self._error_body(error))
             return
         if self.streaming:
             # A dialect's stream may keep state its error event needs (ids, numbering).

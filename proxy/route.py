@@ -19,25 +19,29 @@ import orjson
 from policies.handles import MENTION, names_a_handle
 from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
-from policies.windows import ContextWindows
 from proxy.agent_compaction import agent_compaction
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
 from proxy.exchange import Body, Exchange, ShadowCompare, dump_json, kept_for_event, parse_json
-from proxy.forwarding import header_value, upstream_request_headers
+from proxy.forwarding import header_value
 from proxy.metrics import Metrics
+from proxy.providers import Provider
 from proxy.read_loop import LoopDriver, LoopLimits, ReadLoop
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.sessions import tenant_of
 from proxy.shadow import ShadowComparer
 from proxy.store import Store
+from proxy.token_factors import ScaledWindows
 from proxy.upstream import Upstream
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 MODES = ("enforce", "shadow", "off")
+# Bytes of a relayed answer kept to read the prompt tokens it reports (a stream reports them in
+# its first event; a JSON answer at its end).
+HEAD_LIMIT = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -62,14 +66,13 @@ class CompactingRoute:
         default_mode: str,
         service: CompactionService,
         counter: TokenCounter,
-        windows: ContextWindows,
+        windows: ScaledWindows,
         upstream: Upstream,
         store: Store,
         metrics: Metrics,
         shadow: ShadowComparer,
         loop_limits: LoopLimits,
         read_max_lines: int,
-        api_key: str | None,
     ) -> None:
         self.dialects = dialects
         self.policies = policies
@@ -84,16 +87,22 @@ class CompactingRoute:
         self.shadow = shadow
         self.loop_limits = loop_limits
         self.read_max_lines = read_max_lines
-        self.api_key = api_key
         self._valid_policies = ", ".join(sorted(policies))
 
     async def handle(
-        self, send: Send, dialect: str, headers: Headers, body: Body, url: str, exchange: Exchange
+        self,
+        send: Send,
+        dialect: str,
+        headers: Headers,
+        body: Body,
+        url: str,
+        exchange: Exchange,
+        provider: Provider,
     ) -> None:
-        outgoing = await self._prepare(dialect, headers, body.take(), url, exchange)
-        upstream_headers = upstream_request_headers(headers, fallback_api_key=self.api_key)
+        outgoing = await self._prepare(dialect, headers, body.take(), url, exchange, provider)
+        upstream_headers = provider.upstream_headers(headers)
         if outgoing.loop_body is not None:
-            await self._read_loop(send, dialect, url, upstream_headers, outgoing, exchange)
+            await self._read_loop(send, dialect, url, upstream_headers, outgoing, exchange, provider)
             return
         content, outgoing.content = outgoing.content, b""
         await relay(
@@ -107,6 +116,7 @@ class CompactingRoute:
             exchange=exchange,
             route_headers=outgoing.route_headers,
             error_event=self.dialects[dialect].error_event,
+            error_body=provider.error_body,
         )
 
     def _choose(self, headers: Headers, exchange: Exchange) -> tuple[Policy, str]:
@@ -134,7 +144,7 @@ class CompactingRoute:
         return policy, mode
 
     async def _prepare(
-        self, name: str, headers: Headers, body: bytes, url: str, exchange: Exchange
+        self, name: str, headers: Headers, body: bytes, url: str, exchange: Exchange, provider: Provider
     ) -> Outgoing:
         policy, mode = self._choose(headers, exchange)
         route_headers = [
@@ -164,7 +174,11 @@ class CompactingRoute:
         view_body = compacted.view_body
         if view_body is None and outcome.messages is not None and parsed is not None:
             view_body = dialect.render(parsed, outcome.messages, outcome.origin or ())
-        upstream_headers = upstream_request_headers(headers, fallback_api_key=self.api_key)
+        upstream_headers = provider.upstream_headers(headers)
+        if self.windows.factors.default_for(exchange.model) is not None:
+            # A model counted with a factor: its answer's reported prompt tokens calibrate it.
+            exchange.token_factor = self.windows.factors.factor(exchange.model)
+            exchange.head_limit = HEAD_LIMIT
         if mode == "shadow" and view_body is not None and self.shadow.wanted():
             exchange.compare = ShadowCompare(body=view_body, url=url, headers=upstream_headers, dialect=name)
         if (
@@ -267,7 +281,14 @@ class CompactingRoute:
         )
 
     async def _read_loop(
-        self, send: Send, dialect: str, url: str, headers: Headers, outgoing: Outgoing, exchange: Exchange
+        self,
+        send: Send,
+        dialect: str,
+        url: str,
+        headers: Headers,
+        outgoing: Outgoing,
+        exchange: Exchange,
+        provider: Provider,
     ) -> None:
         """The view names saved outputs: the read tool is offered and answered here."""
         assert outgoing.loop_body is not None
@@ -275,6 +296,7 @@ class CompactingRoute:
             send,
             extra_headers=[*outgoing.route_headers, *exchange.extra_headers],
             error_event=self.dialects[dialect].error_event,
+            error_body=provider.error_body,
             mark_done=exchange.mark_responded,
         )
         driver = self._driver(

@@ -53,13 +53,18 @@ def credentials(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, byt
 
 
 def tenant_of(headers: Sequence[tuple[bytes, bytes]]) -> str:
-    """The tenant of whatever credential the client presents. A lone bearer key is hashed as
-    it always was (tenants stay stable across upgrades); any other credential, or several,
-    are hashed together with their header names, so no two different credentials share one."""
+    """The tenant of whatever credential the client presents. A lone key is its tenant however
+    it is sent (``Authorization: Bearer``, ``x-api-key``, ``api-key``: Claude Code and the
+    Anthropic SDK send one key both ways), hashed as a bearer key always was (tenants stay stable
+    across upgrades); several credentials, or another scheme, are hashed together with their
+    header names, so no two different credentials share one."""
     found = credentials(headers)
     if not found:
         return ANONYMOUS
-    key = bearer_key(found) if len(found) == 1 else None
+    key = None
+    if len(found) == 1:
+        name, value = found[0]
+        key = bearer_key(found) if name == b"authorization" else value.decode("latin-1")
     if key:
         return "t_" + _digest(b"tenant", key.encode())
     return "t_" + _digest(b"tenant", *(b"%s=%s" % pair for pair in sorted(found)))

@@ -22,12 +22,16 @@ from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
 
+DEFAULT_MODEL_FACTORS: dict[str, float] = {"claude-*": 1.3}
+
 EncodingName = Literal["o200k_base", "cl100k_base"]
 Mode = Literal["enforce", "shadow", "off"]
 
 ENV_CONFIG = "COMPACTION_PROXY_CONFIG"
 ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
 ENV_UPSTREAM_API_KEY = "COMPACTION_PROXY_UPSTREAM_API_KEY"
+ENV_ANTHROPIC_URL = "COMPACTION_PROXY_ANTHROPIC_URL"
+ENV_ANTHROPIC_API_KEY = "COMPACTION_PROXY_ANTHROPIC_API_KEY"
 ENV_SUMMARIZER_API_KEY = "COMPACTION_PROXY_SUMMARIZER_API_KEY"
 ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
 
@@ -88,12 +92,31 @@ class UpstreamSettings(_Section, frozen=True):
             raise ValueError("must be a plain URL: no query, fragment or backslash")
 
 
+class AnthropicSettings(_Section, frozen=True):
+    # As Anthropic's SDKs take it (no /v1): requests to /v1/messages go to <base_url>/v1/messages.
+    base_url: str = "https://api.anthropic.com"
+    # Sent as x-api-key for clients that send no credential of their own.
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        UpstreamSettings(base_url=self.base_url)  # the same URL rules
+
+
 class TokenSettings(_Section, frozen=True):
     default_encoding: EncodingName = "o200k_base"
     model_encodings: dict[str, EncodingName] = msgspec.field(
         default_factory=lambda: dict(DEFAULT_MODEL_ENCODINGS)  # type: ignore[arg-type]
     )
     cache_max_chars: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
+    # Models whose tokenizer is not packaged: the packaged encoding's count times this factor is
+    # their count (glob patterns, first match wins). 1.3 is Claude's measured ratio to o200k on
+    # code and prose (about 1.15-1.25) with a safety margin.
+    model_factors: dict[str, Annotated[float, msgspec.Meta(gt=0.1, le=10)]] = msgspec.field(
+        default_factory=lambda: dict(DEFAULT_MODEL_FACTORS)
+    )
+    # Learn those models' factors from the prompt tokens the upstream reports (per model,
+    # bounded, kept in <state_dir>/token_factors.json), so the window is held to the real count.
+    calibrate: bool = True
 
 
 class SummarizerSettings(_Section, frozen=True):
@@ -229,6 +252,7 @@ def _default_windows() -> dict[str, int]:
 class Settings(_Section, frozen=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
+    anthropic: AnthropicSettings = msgspec.field(default_factory=AnthropicSettings)
     state_dir: str = "./var"
     mode: Mode = "enforce"
     policy: str = "full"
@@ -316,6 +340,8 @@ def load_settings(
     for variable, dotted in (
         (ENV_UPSTREAM_URL, "upstream.base_url"),
         (ENV_UPSTREAM_API_KEY, "upstream.api_key"),
+        (ENV_ANTHROPIC_URL, "anthropic.base_url"),
+        (ENV_ANTHROPIC_API_KEY, "anthropic.api_key"),
         (ENV_ADMIN_TOKEN, "server.admin_token"),
         (ENV_SUMMARIZER_API_KEY, "summarizer.api_key"),
     ):

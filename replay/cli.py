@@ -76,7 +76,9 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-config", type=Path, help="replay settings: models, gate (YAML)")
     parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
     parser.add_argument(
-        "--dialect", choices=["chat", "responses"], help="the door the steps go through (default chat)"
+        "--dialect",
+        choices=["chat", "responses", "anthropic"],
+        help="the door the steps go through (default chat)",
     )
     parser.add_argument("--concurrency", type=int, help="cases replayed at once")
     parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")

@@ -74,9 +74,9 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # original history and the figures come from the proxy's headers and events; only the
     # question-point views (always captured in enforce mode) are checked.
     mode: Literal["enforce", "shadow"] = "enforce"
-    # The door the steps go through: chat (POST /v1/chat/completions) or responses (POST
-    # /v1/responses); each case is written in that wire format.
-    dialect: Literal["chat", "responses"] = "chat"
+    # The door the steps go through: chat (POST /v1/chat/completions), responses (POST
+    # /v1/responses) or anthropic (POST /v1/messages); each case is written in that wire format.
+    dialect: Literal["chat", "responses", "anthropic"] = "chat"
     # Force a context window (tokens) on every request (section 4.9); null: the proxy's
     # configured window for `model`.
     context_window: int | None = None

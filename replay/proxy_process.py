@@ -34,6 +34,7 @@ def replay_proxy_config(
 ) -> dict[str, Any]:
     data = to_builtins(settings)
     data["upstream"] = {**data["upstream"], "base_url": upstream_url, "api_key": None}
+    data["anthropic"] = {"base_url": upstream_url, "api_key": None}
     data["state_dir"] = str(state_dir)
     data["server"] = {**data["server"], "admin_token": None, "workers": 1, "host": "127.0.0.1"}
     data["store"] = {**data["store"], "path": None} if data["store"]["backend"] == "sqlite" else data["store"]

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from policies.conversation import Message, parse
 from replay.config import ModelEndpoint
-from replay.doors import chat_request, neutral_messages, response_object, tool_names
+from replay.doors import anthropic_message, chat_request, neutral_messages, response_object, tool_names
 
 TICKET_HEADER = "X-Replay-Ticket"
 
@@ -82,6 +82,7 @@ class RecordedUpstream:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_route("*", "/{tail:.*}", self._other)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -110,6 +111,9 @@ class RecordedUpstream:
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, "responses")
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, "anthropic")
+
     async def _answer(self, request: web.Request, dialect: str) -> web.StreamResponse:
         name = request.headers.get(TICKET_HEADER, "")
         ticket = self.tickets.get(name)
@@ -132,8 +136,8 @@ class RecordedUpstream:
             )
         )
         if ticket.reply is None and ticket.forward is not None:
-            if dialect == "responses":
-                return await self._forward_responses(body, ticket, ticket.forward)
+            if dialect != "chat":
+                return await self._forward_converted(dialect, body, ticket, ticket.forward)
             return await self._forward(body, ticket, ticket.forward)
         reply = dict(ticket.reply or {"role": "assistant", "content": ""})
         reply["role"] = "assistant"
@@ -142,6 +146,9 @@ class RecordedUpstream:
         if dialect == "responses":
             answer = response_object(reply, body.get("model"), "resp_" + answer_id)
             return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        if dialect == "anthropic":
+            message = anthropic_message(reply, body.get("model"), "msg_" + answer_id)
+            return web.Response(body=orjson.dumps(message), content_type="application/json")
         answer = {
             "id": "chatcmpl-" + answer_id,
             "object": "chat.completion",
@@ -157,11 +164,12 @@ class RecordedUpstream:
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
-    async def _forward_responses(
-        self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint
+    async def _forward_converted(
+        self, dialect: str, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint
     ) -> web.Response:
-        """A question through the Responses door, answered by a model that speaks chat."""
-        response = await self._forward(chat_request(body), ticket, endpoint)
+        """A question through the Responses or Messages door, answered by a model that speaks
+        chat."""
+        response = await self._forward(chat_request(dialect, body), ticket, endpoint)
         if response.status != 200 or response.body is None:
             return response
         try:
@@ -169,7 +177,10 @@ class RecordedUpstream:
             message = data["choices"][0]["message"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
             return response
-        answer = response_object(message, body.get("model"), "resp_forwarded", data.get("usage"))
+        if dialect == "anthropic":
+            answer = anthropic_message(message, body.get("model"), "msg_forwarded", data.get("usage"))
+        else:
+            answer = response_object(message, body.get("model"), "resp_forwarded", data.get("usage"))
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def _forward(self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint) -> web.Response:

@@ -121,7 +121,11 @@ def start_proxy(tmp_path: Path, upstream: FakeUpstream, request: pytest.FixtureR
     def start(
         config: dict[str, Any] | None = None, env: dict[str, str] | None = None, state_dir: Path | None = None
     ) -> ProxyProcess:
-        merged: dict[str, Any] = {"upstream": {"base_url": upstream.base_url}, **base}
+        merged: dict[str, Any] = {
+            "upstream": {"base_url": upstream.base_url},
+            "anthropic": {"base_url": upstream.base_url},
+            **base,
+        }
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}
@@ -144,7 +148,11 @@ def shared_proxy(
 ) -> Iterator[ProxyProcess]:
     """One proxy with the default settings for all tests that need nothing else."""
     proxy = ProxyProcess(
-        {"upstream": {"base_url": upstream_server.base_url}, **store_config(request)},
+        {
+            "upstream": {"base_url": upstream_server.base_url},
+            "anthropic": {"base_url": upstream_server.base_url},
+            **store_config(request),
+        },
         tmp_path_factory.mktemp("proxy"),
     ).start()
     yield proxy

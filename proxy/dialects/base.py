@@ -20,6 +20,13 @@ from policies.tokens import TokenCounter
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
 
+# The result an agent's call gets when it came in one answer with a read: it is not run, and
+# the model calls it again (or not) with what it read.
+NOT_RUN = (
+    "Not run: this call was planned before the saved output was read. "
+    "Call it again now if it is still needed."
+)
+
 
 @dataclass(slots=True)
 class Parsed:
@@ -117,6 +124,14 @@ class Dialect(Protocol):
     def error_event(self, error: ProxyError) -> bytes: ...
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None: ...
+
+    def prompt_tokens(self, usage: Any) -> int:
+        """The prompt tokens an answer's usage reports (0: none), cached ones included."""
+        ...
+
+    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
+        """The prompt tokens a relayed answer reports, from its first bytes (0: not found)."""
+        ...
 
     def decision(self, raw: bytes, sse: bool) -> str:
         """The next decision of a raw answer (the first action's signature, or the final

@@ -29,6 +29,14 @@ def _data(event: bytes) -> bytes:
     return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
 
 
+def json_usage(raw: bytes) -> Any:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data.get("usage") if isinstance(data, dict) else None
+
+
 def is_read_call(call: Any) -> bool:
     function = call.get("function") if isinstance(call, dict) else None
     return isinstance(function, dict) and function.get("name") == TOOL_NAME
@@ -124,6 +132,15 @@ class ChatDialect:
 
     def decision(self, raw: bytes, sse: bool) -> str:
         return chat_decision(raw, sse)
+
+    def prompt_tokens(self, usage: Any) -> int:
+        value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
+        if sse:
+            return 0  # a stream reports usage in its last chunk, if asked to
+        return self.prompt_tokens(json_usage(raw))
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None:
         if isinstance(usage, dict):

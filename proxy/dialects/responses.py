@@ -29,7 +29,8 @@ import orjson
 
 from policies.conversation import OPAQUE_ROLE, Message
 from policies.tokens import TokenCounter
-from proxy.dialects.base import Answer, Parsed
+from proxy.dialects.base import NOT_RUN, Answer, Parsed
+from proxy.dialects.chat import json_usage
 from proxy.dialects.responses_stream import ResponsesStream, error_event
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
@@ -38,6 +39,11 @@ from proxy.shadow import FINAL_ANSWER, decision_signature
 
 _CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output"})
+_OUTPUT_OF = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "local_shell_call": "local_shell_call_output",
+}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "refusal"})
 _IMAGE_PARTS = frozenset({"input_image", "image"})
 INSTRUCTIONS = -1  # the source of the neutral system message ``instructions`` became
@@ -308,12 +314,22 @@ class ResponsesDialect:
     ) -> dict[str, Any]:
         raw = body.get("input")
         items: list[Any] = [_message_item("user", raw)] if isinstance(raw, str) else list(raw or [])
-        reads = {id(call) for call, _ in results}
-        # The round's reasoning goes back with its read calls; its other calls are re-issued.
-        items += [i for i in answer.items if i.get("type") == "reasoning" or id(i) in reads]
+        answered = {id(call): text for call, text in results}
+        # The round goes back whole (reasoning is only valid with the items that followed it);
+        # the agent's calls of that answer are answered NOT_RUN, to be re-issued.
+        round_items = [i for i in answer.items if isinstance(i, dict)]
+        if not any(id(i) in answered for i in round_items):  # the answer's items are not known
+            round_items = [call for call, _ in results]
+        items += round_items
+        calls = [i for i in round_items if i.get("type") in _CALLS]
+        # The calls not run first, the reads last: the round ends with what the model asked for.
         items += [
-            {"type": "function_call_output", "call_id": call.get("call_id"), "output": text}
-            for call, text in results
+            {
+                "type": _OUTPUT_OF.get(str(i.get("type")), "function_call_output"),
+                "call_id": i.get("call_id"),
+                "output": answered.get(id(i), NOT_RUN),
+            }
+            for i in sorted(calls, key=lambda i: id(i) in answered)
         ]
         return {**body, "input": items}
 
@@ -336,6 +352,15 @@ class ResponsesDialect:
                 value = usage.get(key)
                 if isinstance(value, int):
                     total[key] = total.get(key, 0) + value
+
+    def prompt_tokens(self, usage: Any) -> int:
+        value = usage.get("input_tokens") if isinstance(usage, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
+        if sse:
+            return 0  # a stream reports usage in its last event
+        return self.prompt_tokens(json_usage(raw))
 
     def decision(self, raw: bytes, sse: bool) -> str:
         output = ResponsesStream.output_of(raw) if sse else _output_of_json(raw)

@@ -1,7 +1,7 @@
-"""Replay through either door: the sample trajectories written as Chat Completions requests and
-as Responses API requests, replayed through the real proxy with ``improved`` at a 16k window,
-make the same compaction decisions (trigger, covered range, handles, summary) and the same
-survival per case and question."""
+"""Replay through every door: the sample trajectories written as Chat Completions requests, as
+Responses API requests and as Anthropic Messages requests, replayed through the real proxy with
+``improved`` at a 16k window, make the same compaction decisions (trigger, covered range,
+handles, summary) and the same survival per case and question."""
 
 from __future__ import annotations
 
@@ -35,26 +35,35 @@ def decisions(part: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for k, v in d.items() if k != "tokens_after"} for d in part["decisions"]]
 
 
-def test_both_doors_make_the_same_decisions_and_keep_the_same_evidence(tmp_path: Path) -> None:
-    chat = {case: p.to_json() for (_, case), p in replay("chat", tmp_path)["parts"].items()}
-    responses = {case: p.to_json() for (_, case), p in replay("responses", tmp_path)["parts"].items()}
-    assert chat.keys() == responses.keys() and len(chat) >= 5
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    parts = replay("chat", tmp_path_factory.mktemp("chat"))["parts"]
+    return {case: p.to_json() for (_, case), p in parts.items()}
+
+
+@pytest.mark.parametrize("door", ["responses", "anthropic"])
+def test_every_door_makes_the_same_decisions_and_keeps_the_same_evidence(
+    door: str, chat: dict[str, Any], tmp_path: Path
+) -> None:
+    other = {case: p.to_json() for (_, case), p in replay(door, tmp_path)["parts"].items()}
+    assert chat.keys() == other.keys() and len(chat) >= 5
     compactions = 0
     for case, through_chat in chat.items():
-        through_responses = responses[case]
-        assert through_chat["errors"] == through_responses["errors"] == [], case
-        assert through_chat["problems"] == through_responses["problems"] == [], case
+        through_door = other[case]
+        assert through_chat["errors"] == through_door["errors"] == [], case
+        assert through_chat["problems"] == through_door["problems"] == [], case
         # The same decisions. Token figures may differ a little: a tool result's name (which
-        # chat clients may send and the Responses API has no field for; the door names results
-        # after their calls) and the read tool's `strict: false` in its Responses declaration.
-        assert decisions(through_responses) == decisions(through_chat), case
-        for chat_tokens, responses_tokens in zip(
-            through_chat["tokens_before"], through_responses["tokens_before"], strict=True
+        # chat clients may send and neither other API has a field for; the doors name results
+        # after their calls), the read tool's declaration in each format, and tool-call
+        # arguments, which Messages carries as objects (the proxy writes them compactly).
+        assert decisions(through_door) == decisions(through_chat), case
+        for chat_tokens, door_tokens in zip(
+            through_chat["tokens_before"], through_door["tokens_before"], strict=True
         ):
-            assert abs(chat_tokens - responses_tokens) <= max(8, chat_tokens // 100), case
+            assert abs(chat_tokens - door_tokens) <= max(8, chat_tokens // 100), case
         outcomes = [(q["question_id"], q["survival"], q.get("missing")) for q in through_chat["questions"]]
         assert [
-            (q["question_id"], q["survival"], q.get("missing")) for q in through_responses["questions"]
+            (q["question_id"], q["survival"], q.get("missing")) for q in through_door["questions"]
         ] == outcomes, case
         compactions += len(through_chat["decisions"])
     assert compactions > 0

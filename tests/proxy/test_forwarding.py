@@ -11,6 +11,7 @@ import respx
 
 from proxy.app import create_app
 from proxy.forwarding import client_response_headers, is_safe_path, upstream_request_headers, upstream_url
+from proxy.providers import anthropic_base, make_providers
 from proxy.settings import load_settings
 
 UPSTREAM = "http://upstream.test/v1"
@@ -29,12 +30,37 @@ def test_request_headers_drop_hop_by_hop_and_control_headers() -> None:
         (b"authorization", b"Bearer client"),
         (b"openai-beta", b"assistants=v2"),
     ]
-    assert upstream_request_headers(headers, fallback_api_key="sk-conf") == [
+    configured = (b"authorization", b"Bearer sk-conf")
+    assert upstream_request_headers(headers, fallback=configured) == [
         (b"authorization", b"Bearer client"),
         (b"openai-beta", b"assistants=v2"),
     ]
-    assert (b"authorization", b"Bearer sk-conf") in upstream_request_headers([], fallback_api_key="sk-conf")
-    assert upstream_request_headers([], fallback_api_key=None) == []
+    assert configured in upstream_request_headers([], fallback=configured)
+    assert upstream_request_headers([], fallback=None) == []
+
+
+def test_providers_pick_anthropic_by_path_or_version_header() -> None:
+    settings = load_settings(
+        env={}, overrides={"upstream.api_key": "sk-openai", "anthropic.api_key": "sk-ant-conf"}
+    )
+    providers = make_providers(settings)
+    assert providers.for_request(b"/v1/messages", []).name == "anthropic"
+    assert providers.for_request(b"/v1/messages/count_tokens", []).name == "anthropic"
+    assert providers.for_request(b"/v1/messagesx", []).name == "openai"
+    assert providers.for_request(b"/v1/models", []).name == "openai"
+    assert providers.for_request(b"/v1/models", [(b"anthropic-version", b"2023-06-01")]).name == "anthropic"
+    anthropic = providers.anthropic
+    # The SDK's base URL has no version; the proxy's /v1 paths go under <base>/v1.
+    assert (
+        anthropic.base.url(b"/v1/messages", b"beta=true") == "https://api.anthropic.com/v1/messages?beta=true"
+    )
+    assert anthropic_base("http://10.0.0.5:8000/v1/") == "http://10.0.0.5:8000/v1"
+    # The configured key goes as x-api-key, only for clients that send no credential.
+    assert anthropic.upstream_headers([]) == [(b"x-api-key", b"sk-ant-conf")]
+    oauth = [(b"authorization", b"Bearer sk-ant-oat-client")]
+    assert anthropic.upstream_headers(oauth) == oauth
+    assert providers.openai.upstream_headers([]) == [(b"authorization", b"Bearer sk-openai")]
+    assert anthropic.refuse_anonymous and providers.openai.refuse_anonymous
 
 
 def test_response_headers_keep_useful_ones() -> None:

@@ -1,0 +1,312 @@
+"""Anthropic Messages (``POST /v1/messages``): Claude Code and the Anthropic SDKs.
+
+The history is read into the neutral conversation and a view written back by
+``anthropic_messages`` (thinking and server tool blocks stay with their turn, signatures and
+``cache_control`` untouched). This adapter adds the rest of the format:
+
+- **prompt caching**: the end of the compacted prefix (the summary's block, else the last
+  block a policy wrote, such as a placeholder) carries a ``cache_control`` breakpoint, so the
+  prefix is cached and read back on the next requests (which send it byte for byte until the
+  next compaction point); the API allows 4 breakpoints, so when the client's own and ours
+  exceed that, the client's earliest ones in ``messages`` are removed (its ``tools`` and
+  ``system`` breakpoints are kept);
+- ``read_tool_output`` as an Anthropic tool; a round's answer goes back whole (thinking, text,
+  calls) with ``tool_result`` blocks, an agent's call of that answer answered ``NOT_RUN``; a
+  last round that must go without the tool while the history holds read calls keeps the tool
+  and sets ``tool_choice: none`` when the client had no tools of its own (the API refuses tool
+  blocks without any tool defined);
+- answers, streams (``anthropic_stream``), usage summed over rounds (input, output, cache
+  reads and writes), errors in Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from policies.conversation import Message
+from policies.tokens import TokenCounter
+from proxy.dialects.anthropic_messages import Read, read_messages, render
+from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
+from proxy.dialects.base import NOT_RUN, Answer, Parsed
+from proxy.errors import ProxyError
+from proxy.read_tool import TOOL_NAME, tool_schema
+from proxy.response_writer import ResponseWriter
+from proxy.shadow import FINAL_ANSWER, decision_signature
+
+MAX_BREAKPOINTS = 4
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def neutral_tools(tools: Any) -> list[Any]:
+    """Tools as Chat Completions declares them (counted the same through every door); server
+    tools (``web_search_...``, ``bash_...``) as they are."""
+    neutral: list[Any] = []
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and "input_schema" in tool:
+            function = {"name": tool.get("name"), "description": tool.get("description", "")}
+            neutral.append({"type": "function", "function": {**function, "parameters": tool["input_schema"]}})
+        else:
+            neutral.append(tool)
+    return neutral
+
+
+def prompt_tokens(usage: Any) -> int:
+    """All the prompt tokens an answer's usage reports: uncached, cache writes and reads."""
+    if not isinstance(usage, dict):
+        return 0
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
+
+
+def _has_breakpoint(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
+
+
+def _message_blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def breakpoints(body: dict[str, Any]) -> int:
+    tools, system = body.get("tools"), body.get("system")
+    top = [*(tools if isinstance(tools, list) else []), *(system if isinstance(system, list) else [])]
+    count = sum(1 for b in top if _has_breakpoint(b))
+    for message in body.get("messages") or []:
+        for block in _message_blocks(message):
+            count += _has_breakpoint(block)
+            if isinstance(block, dict) and isinstance(block.get("content"), list):
+                count += sum(1 for inner in block["content"] if _has_breakpoint(inner))
+    return count
+
+
+def _drop_earliest_breakpoints(messages: list[Any], excess: int, keep: Any) -> tuple[list[Any], int]:
+    """``messages`` with up to ``excess`` of their earliest block breakpoints removed (never
+    the one on ``keep``); the messages touched are copies."""
+    removed = 0
+    result = []
+    for message in messages:
+        blocks = _message_blocks(message)
+        if removed < excess and any(_has_breakpoint(b) and b is not keep for b in blocks):
+            copied = []
+            for block in blocks:
+                if removed < excess and _has_breakpoint(block) and block is not keep:
+                    block = {k: v for k, v in block.items() if k != "cache_control"}
+                    removed += 1
+                copied.append(block)
+            message = {**message, "content": copied}
+        result.append(message)
+    return result, removed
+
+
+class AnthropicDialect:
+    name = "anthropic"
+
+    def parse(self, body: Any, lenient: bool) -> Parsed:
+        if not isinstance(body, dict):
+            raise ProxyError(400, "The request body must be a JSON object.")
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise ProxyError(400, "messages: Field required", param="messages")
+        read = read_messages(body)
+        tools = body.get("tools")
+        notes: dict[str, Any] = {
+            "messages": len(messages),
+            "tools": len(tools) if isinstance(tools, list) else 0,
+            "cache_breakpoints": breakpoints(body),
+        }
+        if read.thinking_blocks:
+            notes["thinking_blocks"] = read.thinking_blocks
+        if read.server_blocks:
+            notes["server_tool_blocks"] = read.server_blocks
+        neutral: dict[str, Any] = {"model": body.get("model"), "messages": read.messages}
+        if isinstance(body.get("tools"), list):
+            neutral["tools"] = neutral_tools(body["tools"])
+        if isinstance(body.get("max_tokens"), int):
+            neutral["max_tokens"] = body["max_tokens"]
+        return Parsed(
+            body=body,
+            neutral=neutral,
+            stream=body.get("stream") is True,
+            skipped="lenient JSON" if lenient else read.problem,
+            notes=notes,
+            private=read,
+        )
+
+    def render(self, parsed: Parsed, view: Sequence[Message], origin: Sequence[int]) -> dict[str, Any]:
+        read: Read = parsed.private
+        rendered = render(parsed.body, read, view, origin)
+        body = {**parsed.body, "messages": rendered.messages}
+        if rendered.system is not parsed.body.get("system"):
+            body["system"] = rendered.system
+        marker = rendered.cache_block
+        if marker is not None and marker.get("cache_control") is None:
+            # The compacted prefix (up to the summary or the last placeholder) is cached, and
+            # read back until the next compaction point.
+            marker["cache_control"] = _EPHEMERAL
+            parsed.notes["cache_breakpoint"] = rendered.cache_block_kind
+            excess = breakpoints(body) - MAX_BREAKPOINTS
+            if excess > 0:
+                body["messages"], removed = _drop_earliest_breakpoints(body["messages"], excess, marker)
+                parsed.notes["cache_breakpoints_removed"] = removed
+        return body
+
+    def answer_tokens(self, body: dict[str, Any]) -> int:
+        asked = body.get("max_tokens")
+        return asked if isinstance(asked, int) and not isinstance(asked, bool) else 0
+
+    def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
+        neutral = {
+            "model": body.get("model"),
+            "messages": read_messages(body).messages,
+            "tools": neutral_tools(body.get("tools")),
+        }
+        return counter.count_request(neutral).total
+
+    def with_read_tool(self, body: dict[str, Any], max_lines: int) -> dict[str, Any]:
+        function = tool_schema(max_lines)["function"]
+        tool = {
+            "name": TOOL_NAME,
+            "description": function["description"],
+            "input_schema": function["parameters"],
+        }
+        tools = body.get("tools")
+        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+
+    def without_read_tool(self, body: dict[str, Any]) -> dict[str, Any]:
+        tools = body.get("tools") or []
+        others = [t for t in tools if not (isinstance(t, dict) and t.get("name") == TOOL_NAME)]
+        if others:
+            return {**body, "tools": others}
+        # Only the read tool: with read calls in the history the API wants a tool defined, so it
+        # stays and may not be called.
+        return {**body, "tool_choice": {"type": "none"}}
+
+    def is_read_call(self, call: Any) -> bool:
+        return isinstance(call, dict) and call.get("type") == "tool_use" and call.get("name") == TOOL_NAME
+
+    def call_arguments(self, call: Any) -> Any:
+        return call.get("input") if isinstance(call, dict) else None
+
+    def json_answer(self, data: Any) -> Answer | None:
+        content = data.get("content") if isinstance(data, dict) and data.get("type") == "message" else None
+        if not isinstance(content, list):
+            return None
+        return answer_of(content, data.get("usage"))
+
+    def add_round(
+        self, body: dict[str, Any], answer: Answer, results: Sequence[tuple[Any, str]]
+    ) -> dict[str, Any]:
+        reads = {id(call) for call, _ in results}
+        # The answer goes back whole (its thinking is only valid with the blocks it came with),
+        # but for empty text blocks, which the API refuses in a request.
+        kept = [
+            block
+            for block in answer.items
+            if isinstance(block, dict) and not (block.get("type") == "text" and not block.get("text"))
+        ]
+        if not any(id(b) in reads for b in kept):  # the answer's blocks are not known
+            kept = [
+                *([{"type": "text", "text": answer.text}] if answer.text else []),
+                *(call for call, _ in results),
+            ]
+        answered = {id(call): text for call, text in results}
+        outputs = [
+            {"type": "tool_result", "tool_use_id": call.get("id"), "content": answered[id(call)]}
+            if id(call) in reads
+            else {"type": "tool_result", "tool_use_id": call.get("id"), "content": NOT_RUN, "is_error": True}
+            # The calls not run first, the reads last: the round ends with what the model asked for.
+            for call in sorted((b for b in kept if b.get("type") == "tool_use"), key=lambda b: id(b) in reads)
+        ]
+        messages = [
+            *body["messages"],
+            {"role": "assistant", "content": kept},
+            {"role": "user", "content": outputs},
+        ]
+        return {**body, "messages": messages}
+
+    def final_json(self, data: dict[str, Any], total_usage: dict[str, int]) -> bytes:
+        content = data.get("content") or []
+        agent = [b for b in content if not self.is_read_call(b)]
+        if len(agent) != len(content):  # the round limit: never hand the agent an internal call
+            data["content"] = agent
+            if not any(isinstance(b, dict) and b.get("type") == "tool_use" for b in agent):
+                data["stop_reason"] = "end_turn"
+        if total_usage:
+            usage = data.get("usage")
+            data["usage"] = {**(usage if isinstance(usage, dict) else {}), **total_usage}
+        return orjson.dumps(data)
+
+    def codec(self, writer: ResponseWriter) -> AnthropicStream:
+        return AnthropicStream(writer, self.is_read_call)
+
+    def error_event(self, error: ProxyError) -> bytes:
+        return error_event(error)
+
+    def add_usage(self, total: dict[str, int], usage: Any) -> None:
+        if isinstance(usage, dict):
+            for key in _USAGE_KEYS:
+                value = usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    total[key] = total.get(key, 0) + value
+
+    def decision(self, raw: bytes, sse: bool) -> str:
+        blocks = blocks_of_stream(raw) if sse else _content_of_json(raw)
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                call = {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": block.get("name"),
+                        "arguments": orjson.dumps(block.get("input")).decode(),
+                    },
+                }
+                return decision_signature({"role": "assistant", "tool_calls": [call]})
+        return FINAL_ANSWER
+
+    def prompt_tokens(self, usage: Any) -> int:
+        return prompt_tokens(usage)
+
+    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
+        """The prompt tokens an answer reports (its head suffices for a stream: message_start)."""
+        if sse:
+            for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+                if b"message_start" not in event:
+                    continue
+                data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+                try:
+                    message = orjson.loads(data).get("message")
+                except (orjson.JSONDecodeError, AttributeError):
+                    return 0
+                return prompt_tokens(message.get("usage") if isinstance(message, dict) else None)
+            return 0
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return 0
+        return prompt_tokens(data.get("usage") if isinstance(data, dict) else None)
+
+
+def answer_of(content: list[Any], usage: Any) -> Answer:
+    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    text = "".join(
+        b["text"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+    return Answer(
+        calls=calls, text=text or None, usage=usage if isinstance(usage, dict) else None, items=content
+    )
+
+
+def _content_of_json(raw: bytes) -> list[Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    content = data.get("content") if isinstance(data, dict) else None
+    return content if isinstance(content, list) else []

@@ -1,0 +1,252 @@
+"""Anthropic's Messages event stream, as the client should see it over several rounds.
+
+Upstream, each round is ``message_start``, then per content block ``content_block_start``,
+``content_block_delta`` (``text_delta``, ``input_json_delta``, ``thinking_delta``,
+``signature_delta``, ``citations_delta``) and ``content_block_stop``, with ``ping`` anywhere,
+then ``message_delta`` (``stop_reason``, usage) and ``message_stop``. The client must get one
+well-formed stream: the first round's ``message_start`` (held until something follows it, so a
+round that only reads has sent nothing and a failure can still get a real status), every
+relayed block renumbered in the order it reaches the client, and one ``message_delta`` (the
+last round's, usage summed over the rounds) and ``message_stop``. Per block:
+
+- text is relayed as it arrives;
+- a thinking block is held until the next block starts: relayed before text, dropped before a
+  ``read_tool_output`` call (it goes back upstream with the read), and kept with an agent's
+  ``tool_use`` that follows it;
+- the agent's own ``tool_use`` (and server tool blocks) are held until the round ends: a round
+  that reads is asked again and its calls are re-issued then; ``read_tool_output`` calls never
+  reach the client.
+
+A failure after the response started ends the stream with an ``error`` event (as Anthropic's
+own overloaded errors do) and no ``message_stop``, so the SDKs raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from proxy.errors import ProxyError, anthropic_error_body
+from proxy.response_writer import ResponseWriter
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_HELD_WITH_NEXT = frozenset({"thinking", "redacted_thinking"})
+
+
+def _data(event: bytes) -> bytes:
+    return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return b"event: " + str(payload.get("type")).encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def error_event(error: ProxyError) -> bytes:
+    return b"event: error\ndata: " + anthropic_error_body(error) + b"\n\n"
+
+
+class _Block:
+    """One content block of one round: its events while held, its content, its client index."""
+
+    def __init__(self, start: dict[str, Any], read: bool) -> None:
+        self.kind = str(start.get("type"))
+        self.read = read
+        self.data = dict(start)
+        self.json = ""  # input_json_delta parts
+        self.events: list[dict[str, Any]] = []
+        self.done = False
+        self.index: int | None = None  # the client's index, once relayed
+
+    def add(self, delta: dict[str, Any]) -> str:
+        """Apply a delta; the text it adds, if any."""
+        kind = delta.get("type")
+        if kind == "text_delta" and isinstance(delta.get("text"), str):
+            self.data["text"] = self.data.get("text", "") + delta["text"]
+            return str(delta["text"])
+        if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self.json += delta["partial_json"]
+        elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
+            self.data["thinking"] = self.data.get("thinking", "") + delta["thinking"]
+        elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
+            self.data["signature"] = delta["signature"]
+        elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
+            self.data.setdefault("citations", []).append(delta["citation"])
+        return ""
+
+    def finish(self) -> None:
+        self.done = True
+        if self.json:
+            try:
+                self.data["input"] = orjson.loads(self.json)
+            except orjson.JSONDecodeError:
+                self.data["input"] = {}
+
+
+class AnthropicStream:
+    """One round's stream. Rounds of one response share the client state (``Relay``) kept on the
+    writer, so the second round's codec goes on numbering where the first stopped."""
+
+    def __init__(self, writer: ResponseWriter, is_read_call: Callable[[Any], bool]) -> None:
+        self.is_read_call = is_read_call
+        self.relay: Relay = writer.stream_state.setdefault("anthropic", Relay(writer))
+        self.blocks: dict[int, _Block] = {}
+        self.text = ""
+        self.usage: dict[str, Any] | None = None
+        self.complete = False
+        self.error: Any = None
+        self._delta: dict[str, Any] | None = None
+        self._pending: list[_Block] = []  # thinking waiting for the block after it
+
+    async def take(self, event: bytes) -> None:
+        data = _data(event)
+        if not data:
+            return
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(payload, dict):
+            return
+        kind = payload.get("type")
+        if kind == "message_start":
+            message = payload.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            self.usage = dict(usage) if isinstance(usage, dict) else {}
+            self.relay.open(payload)
+            return
+        if kind == "ping":
+            if self.relay.writer.started:
+                await self.relay.send(payload)
+            return
+        if kind == "error":
+            self.error = payload
+            await self.relay.send(payload)
+            return
+        if kind == "message_delta":
+            self._delta = payload
+            usage = payload.get("usage")
+            if isinstance(usage, dict):
+                self.usage = {**(self.usage or {}), **{k: v for k, v in usage.items() if v is not None}}
+            return
+        if kind == "message_stop":
+            self.complete = True
+            return
+        index = payload.get("index")
+        if not isinstance(index, int):
+            return
+        if kind == "content_block_start" and isinstance(payload.get("content_block"), dict):
+            started = _Block(payload["content_block"], self.is_read_call(payload["content_block"]))
+            self.blocks[index] = started
+            await self._started(started)
+        block = self.blocks.get(index)
+        if block is None:
+            return
+        if kind == "content_block_delta" and isinstance(payload.get("delta"), dict):
+            self.text += block.add(payload["delta"])
+        elif kind == "content_block_stop":
+            block.finish()
+        if block.read:
+            return
+        if block.index is not None:
+            await self.relay.send_block(block, payload)
+        else:
+            block.events.append(payload)
+
+    async def _started(self, block: _Block) -> None:
+        """A new block decides the fate of the thinking held before it."""
+        if block.kind in _HELD_WITH_NEXT:
+            self._pending.append(block)
+            return
+        if block.kind != "text" and not block.read:
+            return  # an agent's call is held to the round's end, with the thinking before it
+        held, self._pending = self._pending, []
+        for thinking in held:
+            if block.read:
+                thinking.read = True  # it goes back upstream with the read
+            else:
+                await self.relay.flush(thinking)
+        if block.kind == "text":
+            self.relay.assign(block)  # text is relayed as it arrives
+
+    def calls(self) -> list[Any]:
+        return [b.data for _, b in sorted(self.blocks.items()) if b.kind == "tool_use" and b.done]
+
+    def items(self) -> list[Any]:
+        return [b.data for _, b in sorted(self.blocks.items()) if b.done]
+
+    async def finish(self, total_usage: dict[str, int]) -> None:
+        """The last round: held blocks of the agent's in order, then one delta and the stop."""
+        for _, block in sorted(self.blocks.items()):
+            if block.index is None and not block.read and block.kind != "text":
+                await self.relay.flush(block)
+        delta = dict(self._delta or {"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+        if not any(b.kind == "tool_use" and not b.read for b in self.blocks.values()):
+            inner = dict(delta.get("delta") or {})
+            if inner.get("stop_reason") == "tool_use":  # only reads were asked for
+                delta["delta"] = {**inner, "stop_reason": "end_turn"}
+        if total_usage:
+            usage = delta.get("usage")
+            delta["usage"] = {**(usage if isinstance(usage, dict) else {}), **total_usage}
+        await self.relay.send(delta)
+        await self.relay.send({"type": "message_stop"}, last=True)
+
+
+class Relay:
+    """What the client has been sent so far, over every round of one response."""
+
+    def __init__(self, writer: ResponseWriter) -> None:
+        self.writer = writer
+        self.opened = False
+        self.next_index = 0
+        # The first round's message_start, held until there is something to send after it.
+        self.preamble: list[dict[str, Any]] = []
+
+    def open(self, payload: dict[str, Any]) -> None:
+        if not self.opened:
+            self.opened = True
+            self.preamble.append(payload)
+
+    def assign(self, block: _Block) -> None:
+        block.index = self.next_index
+        self.next_index += 1
+
+    async def flush(self, block: _Block) -> None:
+        if block.index is None:
+            self.assign(block)
+        held, block.events = block.events, []
+        for payload in held:
+            await self.send_block(block, payload)
+
+    async def send_block(self, block: _Block, payload: dict[str, Any]) -> None:
+        await self.send({**payload, "index": block.index})
+
+    async def send(self, payload: dict[str, Any], *, last: bool = False) -> None:
+        held, self.preamble = self.preamble, []
+        for early in held:
+            await self.writer.write(encode(early))
+        if last:
+            await self.writer.finish(encode(payload))
+        else:
+            await self.writer.write(encode(payload))
+
+
+def blocks_of_stream(raw: bytes) -> list[dict[str, Any]]:
+    """The content blocks a recorded stream spelled out (for shadow comparisons)."""
+    blocks: dict[int, _Block] = {}
+    for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        try:
+            payload = orjson.loads(_data(event))
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(payload, dict) or not isinstance(payload.get("index"), int):
+            continue
+        kind, index = payload.get("type"), payload["index"]
+        if kind == "content_block_start" and isinstance(payload.get("content_block"), dict):
+            blocks[index] = _Block(payload["content_block"], False)
+        elif index in blocks and kind == "content_block_delta" and isinstance(payload.get("delta"), dict):
+            blocks[index].add(payload["delta"])
+        elif index in blocks and kind == "content_block_stop":
+            blocks[index].finish()
+    return [b.data for _, b in sorted(blocks.items())]

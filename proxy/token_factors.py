@@ -1,0 +1,187 @@
+"""Token counts for models whose tokenizer the proxy does not have (Claude), held to the real count.
+
+There is no offline Claude tokenizer. The proxy counts with its packaged encoding and multiplies
+by a per-model factor: a configured default (``tokens.model_factors``, with a safety margin),
+then, as answers arrive, one **calibrated** from the prompt tokens the upstream reports for the
+view it was sent (``input_tokens`` plus cache reads and writes, for Anthropic). The factor is
+the 90th percentile of the last ratios of a model (requests of at least ``min_tokens``, where
+fixed overheads do not dominate) plus a small margin, bounded; models and samples are bounded
+too, and the samples are kept in a file so a restart does not start cold.
+
+A model's count also has a fixed part no message holds: Anthropic adds a tool-use system prompt
+of 346 tokens to every request that declares tools (``FIXED_TOKENS``). It is taken off the
+reported count before the ratio, and off the window: the estimate is ``n * factor + fixed``.
+
+The policies stay in the proxy's own count: the factor scales the **window** instead
+(``ScaledWindows``), so a view of ``n`` counted tokens is held to ``n * factor + fixed <=
+window``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import tempfile
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+
+import orjson
+
+from policies.windows import ContextWindows
+
+MIN_SAMPLES = 3
+# Prompt tokens a model's provider adds to a request with tools (Anthropic's tool-use system
+# prompt: 346 tokens for tool_choice auto or none, 313 for any or tool).
+FIXED_TOKENS: dict[str, int] = {"claude-*": 346}
+
+
+class TokenFactors:
+    def __init__(
+        self,
+        defaults: Mapping[str, float],
+        *,
+        calibrate: bool = True,
+        path: Path | None = None,
+        max_models: int = 256,
+        samples: int = 32,
+        min_tokens: int = 1024,
+        margin: float = 0.02,
+        bounds: tuple[float, float] = (0.5, 4.0),
+    ) -> None:
+        self._patterns = tuple(defaults.items())
+        self.calibrate = calibrate
+        self.path = path
+        self.max_models = max_models
+        self.samples = samples
+        self.min_tokens = min_tokens
+        self.margin = margin
+        self.bounds = bounds
+        self._fixed_patterns = tuple(FIXED_TOKENS.items())
+        self._default: dict[str, float | None] = {}
+        self._ratios: dict[str, deque[float]] = {}
+        self._calibrated: dict[str, float] = {}
+        self.dirty = False
+
+    def default_for(self, model: object) -> float | None:
+        """The configured factor of a model (None: its count needs none)."""
+        if not isinstance(model, str) or not self._patterns:
+            return None
+        if model not in self._default:
+            found = next((f for p, f in self._patterns if fnmatch.fnmatchcase(model, p)), None)
+            if len(self._default) >= 4096:
+                return found
+            self._default[model] = found
+        return self._default[model]
+
+    def fixed_for(self, model: object) -> int:
+        """The tokens a model's provider adds to a request with tools (0: none known)."""
+        if not isinstance(model, str) or self.default_for(model) is None:
+            return 0
+        return next((n for p, n in self._fixed_patterns if fnmatch.fnmatchcase(model, p)), 0)
+
+    def estimate(self, model: object, counted: int, tools: bool = True) -> int:
+        """The upstream's count of a request the proxy counted ``counted``."""
+        return round(counted * self.factor(model)) + (self.fixed_for(model) if tools else 0)
+
+    def factor(self, model: object) -> float:
+        default = self.default_for(model)
+        if default is None:
+            return 1.0
+        return self._calibrated.get(model, default) if isinstance(model, str) else default
+
+    def observe(self, model: object, counted: int, reported: int, tools: bool = True) -> float | None:
+        """One answer's reported prompt tokens for a view the proxy counted: the ratio taken
+        into the model's calibration, or None when it is not used."""
+        if not self.calibrate or self.default_for(model) is None or not isinstance(model, str):
+            return None
+        if counted < self.min_tokens or reported <= 0:
+            return None
+        ratio = (reported - (self.fixed_for(model) if tools else 0)) / counted
+        low, high = self.bounds
+        if not low <= ratio <= high:
+            return None  # a reported count this far off is not a tokenizer difference
+        samples = self._ratios.get(model)
+        if samples is None:
+            if len(self._ratios) >= self.max_models:
+                oldest = next(iter(self._ratios))
+                self._ratios.pop(oldest)
+                self._calibrated.pop(oldest, None)
+            samples = self._ratios[model] = deque(maxlen=self.samples)
+        samples.append(ratio)
+        self._update(model)
+        self.dirty = True
+        return ratio
+
+    def _update(self, model: str) -> None:
+        samples = self._ratios[model]
+        if len(samples) < MIN_SAMPLES:
+            return
+        ordered = sorted(samples)
+        p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+        low, high = self.bounds
+        self._calibrated[model] = min(high, max(low, p90 * (1 + self.margin)))
+
+    def snapshot(self) -> dict[str, dict[str, object]]:
+        """Per model: the factor in use, the configured one, and the samples behind it."""
+        return {
+            model: {
+                "factor": round(self.factor(model), 4),
+                "default": self.default_for(model),
+                "samples": len(samples),
+                "last_ratio": round(samples[-1], 4) if samples else None,
+            }
+            for model, samples in self._ratios.items()
+        }
+
+    def load(self) -> None:
+        if self.path is None or not self.calibrate:
+            return
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return  # none yet, or unreadable: start from the defaults
+        ratios = data.get("ratios") if isinstance(data, dict) else None
+        if not isinstance(ratios, dict):
+            return
+        for model, values in list(ratios.items())[: self.max_models]:
+            if not isinstance(model, str) or not isinstance(values, list):
+                continue
+            kept = [v for v in values if isinstance(v, int | float) and self.bounds[0] <= v <= self.bounds[1]]
+            if kept and self.default_for(model) is not None:
+                self._ratios[model] = deque(kept[-self.samples :], maxlen=self.samples)
+                self._update(model)
+
+    def save(self) -> None:
+        """Write the samples (atomically, owner-only); a failure costs only a cold restart."""
+        if self.path is None or not self.dirty:
+            return
+        self.dirty = False
+        data = orjson.dumps({"ratios": {m: list(s) for m, s in self._ratios.items()}})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".token_factors.")
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+            os.replace(temporary, self.path)
+        except OSError:
+            self.dirty = True
+
+
+class ScaledWindows(ContextWindows):
+    """Context windows in the proxy's count: a model's window divided by its token factor."""
+
+    def __init__(self, windows: Mapping[str, int], factors: TokenFactors) -> None:
+        super().__init__(windows)
+        self.factors = factors
+
+    def window_for(self, model: object) -> int:
+        window = super().window_for(model)
+        factor = self.factors.factor(model)
+        if factor == 1.0:
+            return window
+        return int((window - self.factors.fixed_for(model)) / factor)
+
+    def real_window(self, model: object) -> int:
+        return super().window_for(model)

@@ -1,0 +1,217 @@
+"""The Anthropic Messages adapter: real Claude Code bodies read and written back byte for byte,
+changed messages keep every field but their new text, the summary carries a cache breakpoint
+(at most four), and every view of every shipped policy keeps the Messages protocol, over every
+sample trajectory request by request and over generated conversations."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from policies.conversation import role
+from policies.pipeline import build_policies
+from policies.tokens import TokenCounter
+from proxy.dialects.anthropic import AnthropicDialect, breakpoints
+from proxy.dialects.anthropic_messages import OPENING
+from proxy.settings import Settings, policy_specs
+from replay.doors import request
+from replay.rows import iter_rows, row_messages, row_tools
+from tests.anthropic_protocol import problems, signatures
+from tests.policies.conversations import conversation
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = ROOT / "tests" / "fixtures" / "clients"
+SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+DATA = SAMPLE if SAMPLE.exists() else ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
+COUNTER = TokenCounter()
+POLICIES = build_policies(policy_specs(Settings()))
+DIALECT = AnthropicDialect()
+CLAUDE_CODE = sorted(p.name for p in CLIENTS.glob("claude-code-*.json") if "headers" not in p.name)
+
+
+def fixture(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((CLIENTS / name).read_text())
+    return body
+
+
+def through(
+    body: dict[str, Any], policy: str, window: int, checkpoint: Any = None
+) -> tuple[dict[str, Any], Any]:
+    """The wire body the proxy sends for ``body`` under ``policy``, and the outcome."""
+    parsed = DIALECT.parse(body, False)
+    outcome = asyncio.run(
+        POLICIES[policy].apply(parsed.neutral, COUNTER, window=window, checkpoint=checkpoint)
+    )
+    if outcome.messages is None:
+        return body, outcome
+    return DIALECT.render(parsed, outcome.messages, outcome.origin or ()), outcome
+
+
+@pytest.mark.parametrize("name", CLAUDE_CODE)
+def test_claude_code_bodies_go_back_byte_for_byte(name: str) -> None:
+    body = fixture(name)
+    parsed = DIALECT.parse(body, False)
+    assert parsed.skipped is None
+    messages = parsed.neutral["messages"]
+    rendered = DIALECT.render(parsed, messages, range(len(messages)))
+    assert orjson.dumps(rendered) == orjson.dumps(body)
+    # Every untouched wire message is the client's own object.
+    assert all(a is b for a, b in zip(rendered["messages"], body["messages"], strict=True))
+
+
+def test_claude_code_history_reads_into_the_neutral_conversation() -> None:
+    body = fixture("claude-code-turn3.json")
+    messages = DIALECT.parse(body, False).neutral["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assistant = messages[2]
+    assert assistant["tool_calls"][0]["function"]["name"] == "Bash"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"])["command"] == "ls -la"
+    assert assistant["wire_only"] == "Fake thinking for turn 1."  # counted, never summarized
+    assert messages[3]["name"] == "Bash" and messages[3]["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    # Thinking text is counted with its message.
+    without = {k: v for k, v in assistant.items() if k != "wire_only"}
+    assert COUNTER.count_message(assistant, "o200k_base") > COUNTER.count_message(without, "o200k_base")
+
+
+def test_a_changed_result_keeps_its_ids_cache_control_and_error_flag() -> None:
+    body = fixture("claude-code-turn3.json")
+    parsed = DIALECT.parse(body, False)
+    view = list(parsed.neutral["messages"])
+    view[5] = {**view[5], "content": "[output saved: handle=out_0123456789abcdef]"}
+    rendered = DIALECT.render(parsed, view, range(len(view)))
+    assert problems(rendered) == []
+    changed = rendered["messages"][-1]["content"][0]
+    original = body["messages"][-1]["content"][0]
+    assert changed["content"] == "[output saved: handle=out_0123456789abcdef]"
+    assert {k: v for k, v in changed.items() if k != "content"} == {
+        k: v for k, v in original.items() if k != "content"
+    }
+    assert changed["cache_control"] == {"type": "ephemeral"}
+    assert rendered["messages"][:-1] == body["messages"][:-1]
+    assert signatures(rendered) == signatures(body)
+
+
+def test_a_changed_assistant_keeps_thinking_and_tool_use_ids() -> None:
+    body = fixture("claude-code-turn3.json")
+    parsed = DIALECT.parse(body, False)
+    view = list(parsed.neutral["messages"])
+    view[2] = {**view[2], "content": "Listing."}
+    rendered = DIALECT.render(parsed, view, range(len(view)))
+    blocks = rendered["messages"][1]["content"]
+    assert [b["type"] for b in blocks] == ["thinking", "text", "tool_use"]
+    assert blocks[0] is body["messages"][1]["content"][0]
+    assert blocks[1]["text"] == "Listing." and blocks[2] is body["messages"][1]["content"][2]
+
+
+def test_the_summary_is_cached_and_breakpoints_stay_within_four() -> None:
+    body = fixture("claude-code-turn4.json")
+    # The client's own breakpoints, four of them: two in system, two in messages.
+    body["messages"][1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    body["messages"][3]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    client = breakpoints(body)
+    parsed = DIALECT.parse(body, False)
+    messages = parsed.neutral["messages"]
+    summary = {"role": "user", "content": "Summary of the work so far: listed files."}
+    # system, first user, the summary, then the last two steps.
+    view = [messages[0], messages[1], summary, *messages[-4:]]
+    origin = [0, 1, -1, *range(len(messages) - 4, len(messages))]
+    rendered = DIALECT.render(parsed, view, origin)
+    assert problems(rendered) == [], problems(rendered)
+    assert breakpoints(rendered) <= 4 < client + 1
+    # The first user message and the summary (both the user's) are one wire message; the
+    # summary's block carries the breakpoint.
+    first = rendered["messages"][0]["content"]
+    assert first[-1] == {"type": "text", "text": summary["content"], "cache_control": {"type": "ephemeral"}}
+    assert parsed.notes["cache_breakpoint"] == "summary"
+    assert signatures(rendered).items() <= signatures(body).items()
+
+
+def test_a_view_opening_with_the_assistant_gets_a_user_opening() -> None:
+    body = fixture("claude-code-turn3.json")
+    parsed = DIALECT.parse(body, False)
+    messages = parsed.neutral["messages"]
+    rendered = DIALECT.render(parsed, [messages[0], *messages[4:]], [0, 4, 5])
+    assert rendered["messages"][0] == {"role": "user", "content": [{"type": "text", "text": OPENING}]}
+    assert problems(rendered) == []
+
+
+def test_a_new_system_note_joins_the_system_blocks() -> None:
+    body = fixture("claude-code-turn3.json")
+    parsed = DIALECT.parse(body, False)
+    messages = parsed.neutral["messages"]
+    note = {"role": "system", "content": "Read saved outputs before quoting them."}
+    rendered = DIALECT.render(parsed, [messages[0], note, *messages[1:]], [0, -1, *range(1, len(messages))])
+    assert rendered["system"][:-1] == body["system"]
+    assert rendered["system"][-1] == {"type": "text", "text": note["content"]}
+    assert rendered["messages"] == body["messages"]
+
+
+def test_malformed_histories_go_as_sent() -> None:
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, False).skipped
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": [1]}]}, False).skipped
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": 7}]}, False).skipped
+
+
+def requests_of(messages: list[Any]) -> list[list[Any]]:
+    return [messages[:i] for i, m in enumerate(messages) if role(m) == "assistant" and i > 0]
+
+
+@pytest.mark.parametrize("policy", ["improved", "n_latest_10", "sre", "improved_retry"])
+def test_every_view_of_every_sample_trajectory_keeps_the_protocol(policy: str) -> None:
+    views = rewritten = 0
+    for row in list(iter_rows(DATA)):
+        messages, tools = row_messages(row), row_tools(row)
+        checkpoint = None
+        previous: list[Any] | None = None
+        for history in requests_of(messages):
+            body = request("anthropic", "claude-sonnet-4-5", history, tools)
+            sent, outcome = through(body, policy, 8_192, checkpoint)
+            checkpoint = outcome.checkpoint
+            # A body the policy left alone goes as the client sent it (two of the sample runs
+            # have consecutive user messages, which the API merges); a view the proxy wrote
+            # keeps every rule.
+            found = problems(sent) if sent is not body else []
+            assert found == [], (row["instance_id"], len(history), found)
+            wire = orjson.dumps(sent["messages"])
+            if previous is not None and outcome.trigger is None and policy.startswith("improved"):
+                # Between compaction points the sent prefix only grows: the cache keeps hitting.
+                assert wire[: len(previous) - 1] == previous[:-1], (row["instance_id"], len(history))
+            previous = wire
+            views += 1
+            rewritten += sent is not body
+    assert views > 500 and rewritten > 100
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(messages=conversation())
+def test_generated_conversations_keep_the_protocol(policy: str, messages: list[Any]) -> None:
+    if messages[-1].get("role") == "assistant":
+        messages = messages[:-1]  # a trailing call without results is not a Messages request
+    body = request("anthropic", "claude-sonnet-4-5", messages, [])
+    original = copy.deepcopy(body)
+    for window in (2_048, 6_000):
+        sent, _ = through(body, policy, window)
+        if sent is not body:  # (a body left alone goes as sent, consecutive user turns and all)
+            assert problems(sent) == [], problems(sent)
+    assert body == original  # the client's body is never changed in place
+
+
+def test_the_prompt_tokens_a_relayed_answer_reports() -> None:
+    usage = {"input_tokens": 10, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 3000}
+    start = {"type": "message_start", "message": {"id": "msg_1", "usage": {**usage, "output_tokens": 1}}}
+    head = b"event: message_start\ndata: " + orjson.dumps(start) + b"\n\nevent: ping\ndata: {}\n\n"
+    assert DIALECT.reported_prompt_tokens(head, sse=True) == 3210
+    assert DIALECT.reported_prompt_tokens(b"event: ping\ndata: {}\n\n", sse=True) == 0
+    message = {"type": "message", "content": [], "usage": usage}
+    assert DIALECT.reported_prompt_tokens(orjson.dumps(message), sse=False) == 3210
+    assert DIALECT.reported_prompt_tokens(b"{truncated", sse=False) == 0
