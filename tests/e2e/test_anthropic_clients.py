@@ -14,6 +14,7 @@ thinking-signature checks, Anthropic's streams and failures).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -179,6 +180,8 @@ CLAUDE_STEPS = 12
 def claude() -> Path:
     binary = claude_binary()
     if binary is None:
+        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
+            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
         pytest.skip("npm is not installed: Claude Code (@anthropic-ai/claude-code) cannot be installed")
     return binary
 

@@ -15,6 +15,7 @@ recovers from the failures it retries.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -593,6 +594,8 @@ def test_routes_like_the_real_server(fake: Callable[..., AnthropicUpstream]) -> 
 def claude() -> Path:
     binary = claude_binary()
     if binary is None:
+        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
+            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
         pytest.skip(
             "npm is not installed: Claude Code (@anthropic-ai/claude-code from npm) cannot be installed"
         )

@@ -14,6 +14,7 @@ with an error.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ def responses_upstream() -> Iterator[Callable[..., ResponsesUpstream]]:
 def codex() -> Path:
     binary = codex_binary()
     if binary is None:
+        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
+            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
         pytest.skip("npm is not installed: Codex CLI (@openai/codex from npm) cannot be installed")
     return binary
 
