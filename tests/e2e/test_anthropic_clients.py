@@ -89,6 +89,10 @@ def test_a_long_sdk_session_at_a_small_window_completes_through_the_proxy(
     assert "read_tool_output" not in run.history_text()
     # The window was used, not wasted: late requests come close to it.
     assert server.max_tokens_seen > WINDOW * 0.6
+    print(
+        f"\nclient-run anthropic-sdk {variant}: {STEPS} steps, {len(server.requests)} requests, largest "
+        f"{server.max_tokens_seen} of {WINDOW} tokens, {server.read_follow_ups} reads"
+    )
 
 
 def test_between_compaction_points_the_prompt_cache_keeps_hitting(
@@ -207,6 +211,11 @@ def test_claude_code_completes_a_long_task_through_the_proxy_where_direct_it_fai
     assert server.others == []  # its HEAD / probe is answered by the proxy
     # Its cache breakpoints stay valid, and the compacted prefix gets one of the proxy's.
     assert all(len(s.cache_breakpoints) <= 4 for s in server.requests)
+    print(
+        f"\nclient-run claude-code: {CLAUDE_STEPS} steps, {len(server.requests)} requests, largest "
+        f"{server.max_tokens_seen} of {CLAUDE_WINDOW} tokens, {server.read_follow_ups} reads; direct: "
+        f"{failed.final!r} after {max(s.step for s in direct.requests)} steps"
+    )
 
 
 def test_the_token_factor_converges_to_the_upstreams_count(

@@ -112,6 +112,10 @@ def test_codex_cli_long_run_through_the_proxy(
     # Codex's own history never saw the read tool or a placeholder.
     assert run.rollout, "Codex wrote no session record"
     assert leaks(run.rollout) == [], trace
+    print(
+        f"\nclient-run codex-cli: {CODEX_STEPS} steps, {len(fake.requests)} requests, largest "
+        f"{fake.max_tokens_seen} of {CODEX_WINDOW} tokens, {len(fake.reads)} reads"
+    )
 
 
 def test_codex_cli_direct_without_the_proxy_fails_with_the_context_error(

@@ -239,6 +239,10 @@ def test_long_run_stays_in_the_window(
     )
     # The client never saw the proxy's tool, its calls, its results or a placeholder.
     assert _leaks(run.history_text()) == []
+    print(
+        f"\nclient-run {client.name}: {STEPS} steps, {len(agent.requests)} requests, largest "
+        f"{agent.max_tokens_seen} of {WINDOW} tokens, {len(agent.reads)} reads"
+    )
 
 
 @pytest.mark.parametrize("client, failure, preamble", list(_failure_cases()))

@@ -90,6 +90,10 @@ def test_long_run_stays_in_the_window(
     assert fake.reasoning_echoed >= STEPS // 2, f"only {fake.reasoning_echoed} reasoning items came back"
     assert max(s.tokens for s in fake.requests) <= WINDOW
     assert leaks(run.history_text()) == []
+    print(
+        f"\nclient-run {client.name}: {STEPS} steps, {len(fake.requests)} requests, largest "
+        f"{fake.max_tokens_seen} of {WINDOW} tokens, {len(fake.reads)} reads"
+    )
 
 
 @pytest.mark.parametrize("client", [pytest.param(c, id=n) for n, c in RUNS if c.stream])
