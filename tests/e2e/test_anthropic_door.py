@@ -277,6 +277,17 @@ def test_errors_before_the_response_are_anthropic_errors(start_proxy: Any, upstr
             model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
         )
     assert limited.value.response.headers["retry-after"] == "7"
+    for status, kind, raised in (
+        (401, "authentication_error", anthropic.AuthenticationError),
+        (529, "overloaded_error", anthropic.APIStatusError),
+        (400, "invalid_request_error", anthropic.BadRequestError),
+    ):
+        error = {"type": "error", "error": {"type": kind, "message": kind}}
+        upstream.queue(Reply(status=status, body=error, headers={"retry-after": "3"}))
+        with pytest.raises(raised) as caught:
+            client.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+        assert isinstance(caught.value, anthropic.APIStatusError) and caught.value.status_code == status
+        assert caught.value.body == error and caught.value.response.headers["retry-after"] == "3"
     # The proxy's own errors, in Anthropic's shape.
     answer = httpx.post(proxy.url + "/v1/messages", content=b"{not json", headers={"x-api-key": KEY})
     assert answer.status_code == 400
@@ -404,3 +415,31 @@ def test_the_base_url_answers_the_probe_claude_code_sends(start_proxy: Any) -> N
     proxy = start_proxy(CONFIG)
     assert httpx.head(proxy.url + "/").status_code == 200
     assert httpx.get(proxy.url + "/").json() == {"service": "compaction-proxy", "status": "ok"}
+
+
+def test_shadow_mode_sends_the_original_and_compares_the_views_decision(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """Shadow mode through the Messages door: the client's request goes as sent, the compacted
+    view is asked in the background, and the two next actions are compared in the event."""
+    config = {**CONFIG, "mode": "shadow", "shadow": {"compare": True, "sample_rate": 1.0}}
+    proxy = start_proxy(config)
+    real = {"type": "tool_use", "id": "toolu_real", "name": "Bash", "input": {"command": "pytest -q"}}
+    other = {"type": "tool_use", "id": "toolu_other", "name": "Read", "input": {"file_path": "/x.py"}}
+    upstream.queue(Reply(body=message([real])), Reply(body=message([other])))
+    messages = history()
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "messages": messages, "tools": TOOLS}
+    answer = httpx.post(proxy.url + "/v1/messages", json=body, headers={"x-api-key": KEY})
+    assert answer.status_code == 200 and answer.json()["content"] == [real]
+    assert upstream.requests[0].json() == body  # the original, as sent
+    deadline = time.monotonic() + 10
+    while True:
+        compared = [e for e in recorded_events(proxy, 1) if e.get("shadow_compare")]
+        if compared or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert compared and compared[0]["dialect"] == "anthropic"
+    result = compared[0]["shadow_compare"]
+    assert (result["real"], result["shadow"], result["diverged"]) == ("Bash: pytest -q", "Read: /x.py", True)
+    shadow_request = upstream.requests[1].json()
+    assert "stream" not in shadow_request and problems(shadow_request) == []
