@@ -2,7 +2,7 @@
 in a scratch directory, with its own home, a timeout, and its whole process group killed after.
 
 Observed with 2.1.197 against ``tests.anthropic_upstream.AnthropicUpstream`` (see
-``tests/e2e/test_anthropic_fake.py``): with the environment of ``claude_env`` it probes
+``tests/e2e/test_claude_code_direct.py``): with the environment of ``claude_env`` it probes
 ``HEAD /`` once, then sends only ``POST /v1/messages?beta=true`` (streamed; never
 ``count_tokens``), and connects nowhere but the base URL (checked with strace). Its own system
 prompt and 24 tools are about 31k tokens in the fake's count; ``max_tokens`` is 32000 (thinking
