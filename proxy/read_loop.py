@@ -20,30 +20,20 @@ Responses and Messages doors send the answer back whole, each of those calls ans
 ``NOT_RUN``, since their reasoning and thinking must return with the items that followed them.)
 
 ``ReadLoop`` is the sans-I/O core (next request, feed an answer, get reads or the end), the
-same for every wire format: its ``Dialect`` counts, appends rounds and withdraws the tool. The
-driver below moves bytes, and every response goes through a ``ResponseWriter``: a round that
-fails before anything reached the client answers with the upstream's status and body, one that
-fails after ends the stream with the dialect's error event and no end-of-stream marker.
+same for every wire format: its ``Dialect`` counts, appends rounds and withdraws the tool.
+``loop_driver.py`` moves the bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import httpx
-import orjson
-
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, Dialect
-from proxy.errors import ProxyError
-from proxy.forwarding import client_response_headers
 from proxy.read_tool import BadArguments, ReadLimits, ReadResult, parse_arguments, render
-from proxy.response_writer import ResponseWriter
 from proxy.store import Store
-from proxy.upstream import Upstream, failure_kind, upstream_failure
 
 # Tokens a tool message costs beyond its content (framing, role, the call id).
 _RESULT_OVERHEAD = 16
@@ -269,189 +259,3 @@ async def read_saved_output(
         return ReadResult(
             "Error: the read took too long; ask for fewer lines or a simpler pattern.", "timeout"
         )
-
-
-def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
-    return [
-        (k, v)
-        for k, v in client_response_headers(response.headers.raw)
-        if k not in (b"content-length", b"content-encoding")
-    ]
-
-
-def _round_headers(response: httpx.Response, request_id: bytes) -> list[tuple[bytes, bytes]]:
-    headers = _response_headers(response)
-    if not any(k == b"x-request-id" for k, _ in headers):
-        headers.append((b"x-request-id", request_id))
-    return headers
-
-
-def _upstream_error(status: int, raw: bytes) -> ProxyError:
-    """A read round the upstream refused, for a client whose response has already started."""
-    message = f"The upstream answered HTTP {status} to a read_tool_output round."
-    code: str | None = None
-    try:
-        error = orjson.loads(raw).get("error")
-        if isinstance(error, dict):
-            message += f" {error.get('message') or ''}".rstrip()
-            code = error.get("code") if isinstance(error.get("code"), str) else None
-    except (orjson.JSONDecodeError, AttributeError):
-        pass
-    return ProxyError(
-        status if status >= 400 else 502, message, type="upstream_error", code=code or "upstream_error"
-    )
-
-
-class LoopDriver:
-    """Runs a ``ReadLoop`` against the upstream for one client request (JSON or a stream), in
-    the loop's dialect."""
-
-    def __init__(
-        self,
-        loop: ReadLoop,
-        *,
-        upstream: Upstream,
-        store: Store,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        tenant: str,
-        writer: ResponseWriter,
-        request_id: str,
-    ) -> None:
-        self.loop = loop
-        self.dialect = loop.dialect
-        self.upstream = upstream
-        self.store = store
-        self.url = url
-        # The proxy must read these answers, so it asks for them uncompressed.
-        self.headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
-            (b"accept-encoding", b"identity")
-        ]
-        self.tenant = tenant
-        self.writer = writer
-        self.request_id = request_id.encode()
-
-    @property
-    def result(self) -> LoopResult:
-        return self.loop.result
-
-    async def run(self) -> LoopResult:
-        try:
-            if self.loop.body.get("stream") is True:
-                await self._run_stream()
-            else:
-                await self._run_json()
-        except httpx.HTTPError as exc:
-            self.result.error = failure_kind(exc) if not self.writer.started else _stream_failure(exc)
-            await self.writer.fail(upstream_failure(exc))
-        return self.result
-
-    async def _open(self) -> httpx.Response:
-        body = self.loop.next_request()
-        self.writer.set_header(b"x-compaction-tokens-after", str(self.result.largest_request).encode())
-        self.writer.set_header(b"x-compaction-read-rounds", str(self.result.rounds).encode())
-        started = time.perf_counter()
-        try:
-            return await self.upstream.open("POST", self.url, self.headers, orjson.dumps(body))
-        finally:
-            self.result.upstream_seconds += time.perf_counter() - started
-
-    async def _refused(self, response: httpx.Response) -> None:
-        """A round answered with an error status: relayed if nothing was sent yet."""
-        raw = await response.aread()
-        self.result.status = response.status_code
-        if not self.writer.started:
-            await self.writer.respond(response.status_code, _round_headers(response, self.request_id), raw)
-            return
-        self.result.error = "upstream_error"
-        await self.writer.fail(_upstream_error(response.status_code, raw))
-
-    async def _run_json(self) -> None:
-        total: dict[str, int] = {}
-        while True:
-            response = await self._open()
-            started = time.perf_counter()
-            try:
-                if response.status_code != 200:
-                    await self._refused(response)
-                    return
-                raw = await response.aread()
-            finally:
-                await response.aclose()
-                self.result.upstream_seconds += time.perf_counter() - started
-            self.result.status = 200
-            try:
-                data: Any = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                data = None
-            answer = self.dialect.json_answer(data)
-            if answer is None:
-                await self.writer.respond(200, _round_headers(response, self.request_id), raw)
-                return
-            self.dialect.add_usage(total, answer.usage)
-            self.result.usage_per_round.append(answer.usage or {})
-            reads = self.loop.wants_reads(answer.calls)
-            if reads:
-                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
-                continue
-            await self.writer.respond(
-                200, _round_headers(response, self.request_id), self.dialect.final_json(data, total)
-            )
-            return
-
-    async def _run_stream(self) -> None:
-        total: dict[str, int] = {}
-        while True:
-            response = await self._open()
-            started = time.perf_counter()
-            try:
-                if response.status_code != 200:
-                    await self._refused(response)
-                    return
-                self.result.status = 200
-                if not self.writer.started:
-                    self.writer.start(200, _round_headers(response, self.request_id), streaming=True)
-                stream = self.dialect.codec(self.writer)
-                buffer = b""
-                async for chunk in response.stream:  # type: ignore[union-attr]
-                    buffer += chunk
-                    *events, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
-                    for event in events:
-                        await stream.take(event)
-                if buffer.strip():
-                    await stream.take(buffer)
-            finally:
-                await response.aclose()
-                self.result.upstream_seconds += time.perf_counter() - started
-            if stream.error is not None:
-                # The upstream itself ended its stream with an error event: relayed as such.
-                self.result.error = "upstream_error"
-                await self.writer.finish()
-                return
-            self.dialect.add_usage(total, stream.usage)
-            self.result.usage_per_round.append(stream.usage or {})
-            reads = self.loop.wants_reads(stream.calls())
-            if reads:
-                answer = Answer(
-                    calls=stream.calls(), text=stream.text or None, usage=stream.usage, items=stream.items()
-                )
-                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
-                continue
-            if not stream.complete:
-                # The upstream closed its stream without finishing the answer.
-                self.result.error = "upstream_reset"
-                await self.writer.fail(
-                    ProxyError(
-                        502,
-                        "The upstream stream ended before the answer was complete.",
-                        type="upstream_error",
-                        code="upstream_reset",
-                    )
-                )
-                return
-            await stream.finish(total)
-            return
-
-
-def _stream_failure(exc: httpx.HTTPError) -> str:
-    return "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_reset"

@@ -25,9 +25,10 @@ from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
 from proxy.exchange import Body, Exchange, ShadowCompare, dump_json, kept_for_event, parse_json
 from proxy.forwarding import header_value
+from proxy.loop_driver import LoopDriver
 from proxy.metrics import Metrics
 from proxy.providers import Provider
-from proxy.read_loop import LoopDriver, LoopLimits, ReadLoop
+from proxy.read_loop import LoopLimits, ReadLoop
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.sessions import tenant_of
