@@ -1,0 +1,77 @@
+"""Questions with programmatic reference answers, by the rules of the design's section 4.4.
+
+Every reference is copied from the recorded run or its final patch; no model writes one. A
+question lists the *evidence* its answer depends on: verbatim substrings of the history (of a
+message's content, or of a native tool call's parsed argument values) that an answerer must
+see. The harness checks each one against a compacted view: visible, recoverable from an
+offloaded output, or lost.
+
+Four kinds, one module each:
+
+- ``files_changed``: the repository-relative paths the final patch changes.
+- ``first_edit``: the code of the first edit applied inside the task repository (a failed
+  edit, or one outside the repository, does not count; if the first one was made by a shell
+  command, the question is omitted rather than replaced by a later edit).
+- ``command_output``: what the Nth execution of a command reported (a test summary, else the
+  last output line of a ``python <script>`` run). Input sent to a running process is not an
+  execution.
+- ``error``: the first exception line seen in a tool output or observation.
+
+``question`` holds the record they build, ``recording`` the readers of the recorded run they
+share. Pure and deterministic: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from replay.cases import Case
+from replay.questions.command_output import command_output_question
+from replay.questions.error import error_question
+from replay.questions.files_changed import files_changed_question, patch_paths
+from replay.questions.first_edit import first_edit_question
+from replay.questions.question import ARGUMENTS, CONTENT, KINDS, Question
+from replay.questions.recording import history_texts, recorded_actions, repo_root, strings_in
+
+__all__ = [
+    "ARGUMENTS",
+    "CONTENT",
+    "KINDS",
+    "Question",
+    "build_questions",
+    "history_texts",
+    "patch_paths",
+    "repo_root",
+    "strings_in",
+]
+
+
+def build_questions(case: Case, kinds: Sequence[str] = KINDS) -> tuple[list[Question], dict[str, str]]:
+    """Questions for one case, and for each kind omitted the reason (for the report)."""
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown question kinds: {unknown}")
+    texts = history_texts(case)
+    actions = recorded_actions(case)
+    questions: list[Question] = []
+    omitted: dict[str, str] = {}
+    # Built first whatever the order: command_output avoids quoting the error question's line.
+    error = error_question(case)
+    error_line = None if isinstance(error, str) else error.reference
+    for kind in KINDS:
+        if kind not in kinds:
+            continue
+        built: Question | str
+        if kind == "files_changed":
+            built = files_changed_question(case, texts)
+        elif kind == "first_edit":
+            built = first_edit_question(case, actions, texts)
+        elif kind == "command_output":
+            built = command_output_question(case, actions, texts, error_line)
+        else:
+            built = error
+        if isinstance(built, str):
+            omitted[kind] = built
+        else:
+            questions.append(built)
+    return questions, omitted
