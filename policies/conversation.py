@@ -28,6 +28,9 @@ OPAQUE_ROLE = "opaque"
 # (Anthropic thinking, server tool blocks): counted in the message's tokens, shown to no
 # summary, kept with its message by the dialect that wrote it.
 WIRE_ONLY = "wire_only"
+# Tokens a neutral message's wire form costs beyond its text (an image or a PDF in Anthropic's
+# count): added to its count as they are.
+WIRE_TOKENS = "wire_tokens"
 
 
 def message_text(message: Any) -> str:

@@ -359,6 +359,9 @@ class TokenCounter:
         wire_only = message.get("wire_only")  # policies.conversation.WIRE_ONLY
         if isinstance(wire_only, str) and wire_only:
             total += self.count_text(wire_only, encoding)
+        wire_tokens = message.get("wire_tokens")  # policies.conversation.WIRE_TOKENS
+        if isinstance(wire_tokens, int) and not isinstance(wire_tokens, bool) and wire_tokens > 0:
+            total += wire_tokens
         return total
 
     def count_tools(self, tools: object, encoding: str) -> int:

@@ -22,6 +22,7 @@ from proxy.control import control_routes
 from proxy.dialects import ROUTES, make_dialects
 from proxy.edge import Edge, Receive, Scope, Send
 from proxy.events import EventSink, config_hash
+from proxy.hidden_rounds import HiddenRounds
 from proxy.large_requests import LargeRequests
 from proxy.memory import malloc_trim, trim_forever
 from proxy.metrics import Metrics
@@ -143,6 +144,7 @@ def create_app(
         shadow=shadow,
         loop_limits=loop_limits(settings),
         read_max_lines=settings.read_tool.max_lines,
+        hidden=HiddenRounds(store, shared=shared),
     )
     events = EventSink(store, settings.events.jsonl_path, log)
     version = package_version()

@@ -147,6 +147,7 @@ class LoopDriver:
             if reads:
                 await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
                 continue
+            self.result.final_answer = list(answer.items)
             await self.writer.respond(
                 200, _round_headers(response, self.request_id), self.dialect.final_json(data, total)
             )
@@ -202,6 +203,7 @@ class LoopDriver:
                     )
                 )
                 return
+            self.result.final_answer = stream.items()
             await stream.finish(total)
             return
 

@@ -149,7 +149,9 @@ class TokenCalibration:
         exchange.answer_head = bytearray()
         # A request with tools (the read tool included) gets the provider's fixed tool prompt.
         tools = bool(exchange.dialect_notes.get("tools", True)) or exchange.reads is not None
-        ratio = self.factors.observe(exchange.model, counted, reported, tools) if reported else None
+        # Images and documents are estimates: their requests would teach the factor a wrong ratio.
+        sample = reported and not exchange.dialect_notes.get("media")
+        ratio = self.factors.observe(exchange.model, counted, reported, tools) if sample else None
         fixed = self.factors.fixed_for(exchange.model) if tools else 0
         exchange.token_count = {
             "counted": counted,

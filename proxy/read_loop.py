@@ -64,6 +64,8 @@ class LoopResult:
     status: int = 0
     upstream_seconds: float = 0.0
     error: str | None = None
+    # The last round's answer as the model wrote it (its items, in the dialect's shape).
+    final_answer: list[Any] | None = None
 
     @property
     def largest_request(self) -> int:

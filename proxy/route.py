@@ -21,10 +21,12 @@ from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.agent_compaction import agent_compaction
 from proxy.compaction import Compacted, CompactionService, policy_reserve
+from proxy.dialects.anthropic import binding_headers
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
 from proxy.exchange import Body, Exchange, ShadowCompare, dump_json, kept_for_event, parse_json
 from proxy.forwarding import header_value
+from proxy.hidden_rounds import HiddenRounds
 from proxy.loop_driver import LoopDriver
 from proxy.metrics import Metrics
 from proxy.providers import Provider
@@ -55,6 +57,8 @@ class Outgoing:
     window: int = 0
     reserve: int = 0
     requested: int = 0
+    # A Messages body's thinking settings (its stale-thinking binding needs a beta header).
+    thinking: Any = None
 
 
 class CompactingRoute:
@@ -74,6 +78,7 @@ class CompactingRoute:
         shadow: ShadowComparer,
         loop_limits: LoopLimits,
         read_max_lines: int,
+        hidden: HiddenRounds,
     ) -> None:
         self.dialects = dialects
         self.policies = policies
@@ -88,6 +93,7 @@ class CompactingRoute:
         self.shadow = shadow
         self.loop_limits = loop_limits
         self.read_max_lines = read_max_lines
+        self.hidden = hidden
         self._valid_policies = ", ".join(sorted(policies))
 
     async def handle(
@@ -102,6 +108,8 @@ class CompactingRoute:
     ) -> None:
         outgoing = await self._prepare(dialect, headers, body.take(), url, exchange, provider)
         upstream_headers = provider.upstream_headers(headers)
+        if outgoing.thinking is not None:
+            upstream_headers = binding_headers(upstream_headers, {"thinking": outgoing.thinking})
         if outgoing.loop_body is not None:
             await self._read_loop(send, dialect, url, upstream_headers, outgoing, exchange, provider)
             return
@@ -164,7 +172,12 @@ class CompactingRoute:
             )
         else:
             data, lenient = parse_json(body)
+            restored = 0
+            if name == "anthropic" and isinstance(data, dict):
+                data, restored = await self.hidden.restore(tenant, data)
             parsed = dialect.parse(data, lenient)
+            if restored:
+                parsed.notes["restored_read_rounds"] = restored
             skipped = parsed.skipped or self._agent_compaction(headers, parsed)
             compacted = await self.service.compact(
                 parsed.neutral, policy=policy, tenant=tenant, headers=headers, skipped=skipped
@@ -194,9 +207,11 @@ class CompactingRoute:
             outgoing.window = self.windows.window_for(compacted.head.get("model"))
             outgoing.requested = dialect.answer_tokens(view_body)
             outgoing.reserve = max(policy_reserve(policy), outgoing.requested)
+            outgoing.thinking = outgoing.loop_body.get("thinking") if name == "anthropic" else None
             return outgoing
         if mode == "enforce" and view_body is not None:
             outgoing.content = dump_json(view_body)
+            outgoing.thinking = view_body.get("thinking") if name == "anthropic" else None
         return outgoing
 
     def _agent_compaction(self, headers: Headers, parsed: Parsed) -> str | None:
@@ -312,8 +327,13 @@ class CompactingRoute:
             reserve=outgoing.reserve,
             requested=outgoing.requested,
         )
+        first = len(outgoing.loop_body.get("messages") or []) if dialect == "anthropic" else 0
         outgoing.loop_body = None  # the loop owns it now
         result = await driver.run()
+        if first and result.rounds and result.status == 200 and not result.error and result.final_answer:
+            # The client gets the last round only: keep what it did not see, for when it echoes it.
+            answer = [b for b in result.final_answer if not self.dialects[dialect].is_read_call(b)]
+            await self.hidden.record(exchange.tenant, driver.loop.body["messages"][first:], answer)
         exchange.responded = True
         exchange.status = writer.status if writer.started else result.status
         exchange.upstream_seconds = result.upstream_seconds

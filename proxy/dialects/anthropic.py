@@ -21,6 +21,7 @@ The history is read into the neutral conversation and a view written back by
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
+from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
 from proxy.dialects.base import NOT_RUN, Answer, Parsed
@@ -36,9 +38,13 @@ from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.shadow import FINAL_ANSWER, decision_signature
 
-MAX_BREAKPOINTS = 4
-_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-_EPHEMERAL = {"type": "ephemeral"}
+# The prompt side of a round's usage: an answer reports the context it was produced in.
+_PROMPT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+# Models whose thinking blocks are bound to the conversation before them ("preserved thinking"):
+# a request whose history or tools the proxy changed asks the API to drop the blocks that no
+# longer match, instead of refusing the request.
+BOUND_THINKING_MODELS = ("claude-fable-5*", "claude-mythos-5*", "claude-*-5-5*")
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 
 def neutral_tools(tools: Any) -> list[Any]:
@@ -54,52 +60,40 @@ def neutral_tools(tools: Any) -> list[Any]:
     return neutral
 
 
+def with_thinking_rebound(body: dict[str, Any]) -> dict[str, Any]:
+    """A request the proxy changed, for a model whose thinking blocks are bound to what came
+    before them: the API is asked to drop the blocks a compaction or the read tool invalidated
+    (``thinking.block_binding``), not to refuse the request (the route adds its beta header)."""
+    model = body.get("model")
+    thinking = body.get("thinking")
+    if not isinstance(model, str) or not any(fnmatch.fnmatchcase(model, p) for p in BOUND_THINKING_MODELS):
+        return body
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        return body
+    base = thinking if isinstance(thinking, dict) else {"type": "adaptive"}
+    return {**body, "thinking": {**base, "block_binding": {"prefix_mismatch_behavior": "drop_block"}}}
+
+
+def binding_headers(headers: list[tuple[bytes, bytes]], body: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with the beta that ``thinking.block_binding`` needs, when the body uses it."""
+    thinking = body.get("thinking")
+    if not (isinstance(thinking, dict) and "block_binding" in thinking):
+        return headers
+    beta = BINDING_BETA.encode()
+    current = next((v for k, v in headers if k == b"anthropic-beta"), None)
+    if current is None:
+        return [*headers, (b"anthropic-beta", beta)]
+    if beta in current.split(b","):
+        return headers
+    return [(k, v + b"," + beta if k == b"anthropic-beta" else v) for k, v in headers]
+
+
 def prompt_tokens(usage: Any) -> int:
     """All the prompt tokens an answer's usage reports: uncached, cache writes and reads."""
     if not isinstance(usage, dict):
         return 0
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
-
-
-def _has_breakpoint(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("cache_control") is not None
-
-
-def _message_blocks(message: Any) -> list[Any]:
-    content = message.get("content") if isinstance(message, dict) else None
-    return content if isinstance(content, list) else []
-
-
-def breakpoints(body: dict[str, Any]) -> int:
-    tools, system = body.get("tools"), body.get("system")
-    top = [*(tools if isinstance(tools, list) else []), *(system if isinstance(system, list) else [])]
-    count = sum(1 for b in top if _has_breakpoint(b))
-    for message in body.get("messages") or []:
-        for block in _message_blocks(message):
-            count += _has_breakpoint(block)
-            if isinstance(block, dict) and isinstance(block.get("content"), list):
-                count += sum(1 for inner in block["content"] if _has_breakpoint(inner))
-    return count
-
-
-def _drop_earliest_breakpoints(messages: list[Any], excess: int, keep: Any) -> tuple[list[Any], int]:
-    """``messages`` with up to ``excess`` of their earliest block breakpoints removed (never
-    the one on ``keep``); the messages touched are copies."""
-    removed = 0
-    result = []
-    for message in messages:
-        blocks = _message_blocks(message)
-        if removed < excess and any(_has_breakpoint(b) and b is not keep for b in blocks):
-            copied = []
-            for block in blocks:
-                if removed < excess and _has_breakpoint(block) and block is not keep:
-                    block = {k: v for k, v in block.items() if k != "cache_control"}
-                    removed += 1
-                copied.append(block)
-            message = {**message, "content": copied}
-        result.append(message)
-    return result, removed
 
 
 class AnthropicDialect:
@@ -122,6 +116,8 @@ class AnthropicDialect:
             notes["thinking_blocks"] = read.thinking_blocks
         if read.server_blocks:
             notes["server_tool_blocks"] = read.server_blocks
+        if read.media:
+            notes["media"] = read.media  # estimated counts: not a calibration sample
         neutral: dict[str, Any] = {"model": body.get("model"), "messages": read.messages}
         if isinstance(body.get("tools"), list):
             neutral["tools"] = neutral_tools(body["tools"])
@@ -146,13 +142,9 @@ class AnthropicDialect:
         if marker is not None and marker.get("cache_control") is None:
             # The compacted prefix (up to the summary or the last placeholder) is cached, and
             # read back until the next compaction point.
-            marker["cache_control"] = _EPHEMERAL
-            parsed.notes["cache_breakpoint"] = rendered.cache_block_kind
-            excess = breakpoints(body) - MAX_BREAKPOINTS
-            if excess > 0:
-                body["messages"], removed = _drop_earliest_breakpoints(body["messages"], excess, marker)
-                parsed.notes["cache_breakpoints_removed"] = removed
-        return body
+            skipped = place(body, marker)
+            parsed.notes["cache_breakpoint"] = rendered.cache_block_kind if skipped is None else skipped
+        return with_thinking_rebound(body)
 
     def answer_tokens(self, body: dict[str, Any]) -> int:
         asked = body.get("max_tokens")
@@ -174,7 +166,7 @@ class AnthropicDialect:
             "input_schema": function["parameters"],
         }
         tools = body.get("tools")
-        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+        return with_thinking_rebound({**body, "tools": [*(tools if isinstance(tools, list) else []), tool]})
 
     def without_read_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = body.get("tools") or []
@@ -202,11 +194,12 @@ class AnthropicDialect:
     ) -> dict[str, Any]:
         reads = {id(call) for call, _ in results}
         # The answer goes back whole (its thinking is only valid with the blocks it came with),
-        # but for empty text blocks, which the API refuses in a request.
+        # but for blank text blocks, which the API refuses in a request.
         kept = [
             block
             for block in answer.items
-            if isinstance(block, dict) and not (block.get("type") == "text" and not block.get("text"))
+            if isinstance(block, dict)
+            and not (block.get("type") == "text" and not str(block.get("text")).strip())
         ]
         if not any(id(b) in reads for b in kept):  # the answer's blocks are not known
             kept = [
@@ -247,11 +240,17 @@ class AnthropicDialect:
         return error_event(error)
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None:
+        """The last round's prompt figures (agents read them as their context size: a sum over
+        read rounds would make Claude Code compact early) and the output of every round; each
+        round's usage is in the compaction event."""
         if isinstance(usage, dict):
-            for key in _USAGE_KEYS:
+            for key in _PROMPT_KEYS:
                 value = usage.get(key)
                 if isinstance(value, int) and not isinstance(value, bool):
-                    total[key] = total.get(key, 0) + value
+                    total[key] = value
+            value = usage.get("output_tokens")
+            if isinstance(value, int) and not isinstance(value, bool):
+                total["output_tokens"] = total.get("output_tokens", 0) + value
 
     def decision(self, raw: bytes, sse: bool) -> str:
         blocks = blocks_of_stream(raw) if sse else _content_of_json(raw)

@@ -27,9 +27,11 @@ from typing import Any
 
 import orjson
 
-from policies.conversation import WIRE_ONLY, Message
+from policies.conversation import WIRE_ONLY, WIRE_TOKENS, Message
 
 SYSTEM = -1  # the wire index of the neutral system message's source
+IMAGE_TOKENS = 1600
+PDF_TOKENS_PER_50KB = 2000
 _IMAGE_BLOCKS = frozenset({"image", "document"})
 _TOOL_RESULT = "tool_result"
 _THINKING = frozenset({"thinking", "redacted_thinking"})
@@ -53,6 +55,7 @@ class Read:
     problem: str | None = None  # a shape no API accepts: the request goes as sent
     thinking_blocks: int = 0
     server_blocks: int = 0
+    media: int = 0  # messages with images or documents, whose tokens are estimates
 
 
 def text_of(content: Any) -> str:
@@ -63,30 +66,64 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def _result_text(block: dict[str, Any]) -> str:
+def media_tokens(block: dict[str, Any]) -> int:
+    """An estimate of what an image or a document costs in Claude's count (there is no offline
+    tokenizer for them): an image up to about 1,600 tokens (its size is not known without
+    decoding it, so the most); a PDF about 2,000 per 50 KB (1,500-3,000 a page); a plain-text
+    document is counted as its text instead (0 here)."""
+    if block.get("type") == "image":
+        return IMAGE_TOKENS
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") in ("text", "content"):
+        return 0
+    data = source.get("data")
+    size = len(data) * 3 // 4 if isinstance(data, str) else 0
+    return max(PDF_TOKENS_PER_50KB, PDF_TOKENS_PER_50KB * size // 51_200)
+
+
+def _document_text(block: dict[str, Any]) -> str | None:
+    """A document's own text (a plain-text source, or text content blocks), if it has one."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return str(source["data"])
+    if source.get("type") == "content":
+        return text_of(source.get("content"))
+    return None
+
+
+def _result_text(block: dict[str, Any]) -> tuple[str, int]:
+    """A result's text, and the tokens its images and documents add."""
     content = block.get("content")
     if isinstance(content, str) or content is None:
-        return content or ""
+        return content or "", 0
     if isinstance(content, list):
-        parts = []
+        parts, extra = [], 0
         for inner in content:
             kind = inner.get("type") if isinstance(inner, dict) else None
             if kind == "text" and isinstance(inner.get("text"), str):
                 parts.append(inner["text"])
             elif kind in _IMAGE_BLOCKS:
-                parts.append(f"[{kind}]")
+                text = _document_text(inner) if kind == "document" else None
+                parts.append(text if text is not None else f"[{kind}]")
+                extra += media_tokens(inner)
             else:
                 parts.append(orjson.dumps(inner).decode())
-        return "\n".join(parts)
-    return orjson.dumps(content).decode()
+        return "\n".join(parts), extra
+    return orjson.dumps(content).decode(), 0
 
 
 def _user_part(block: dict[str, Any]) -> dict[str, Any]:
     kind = block.get("type")
     if kind == "text" and isinstance(block.get("text"), str):
         return {"type": "text", "text": block["text"]}
+    if kind == "document":
+        text = _document_text(block)
+        if text is not None:
+            return {"type": "text", "text": text}
     if kind in _IMAGE_BLOCKS:
-        return {"type": "image_url", "image_url": {"url": ""}}  # counted as an image
+        return {"type": "text", "text": f"[{kind}]"}  # its tokens: media_tokens
     return {"type": "text", "text": orjson.dumps(block).decode()}
 
 
@@ -177,13 +214,22 @@ def _read_user(read: Read, index: int, content: list[dict[str, Any]], names: dic
             rest.append(position)
             continue
         call_id = block.get("tool_use_id")
-        result: Message = {"role": "tool", "tool_call_id": str(call_id or ""), "content": _result_text(block)}
+        text, extra = _result_text(block)
+        result: Message = {"role": "tool", "tool_call_id": str(call_id or ""), "content": text}
         if isinstance(call_id, str) and call_id in names:
             result["name"] = names[call_id]
+        if extra:
+            result[WIRE_TOKENS] = extra
+            read.media += 1
         read.messages.append(result)
         read.origins.append(Origin(index, (position,)))
     if rest or not content:
-        read.messages.append({"role": "user", "content": [_user_part(content[p]) for p in rest]})
+        message: Message = {"role": "user", "content": [_user_part(content[p]) for p in rest]}
+        extra = sum(media_tokens(content[p]) for p in rest if content[p]["type"] in _IMAGE_BLOCKS)
+        if extra:
+            message[WIRE_TOKENS] = extra
+            read.media += 1
+        read.messages.append(message)
         read.origins.append(Origin(index, tuple(rest)))
 
 

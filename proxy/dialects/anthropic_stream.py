@@ -23,6 +23,7 @@ own overloaded errors do) and no ``message_stop``, so the SDKs raise.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ from proxy.response_writer import ResponseWriter
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _HELD_WITH_NEXT = frozenset({"thinking", "redacted_thinking"})
+# Before anything reached the client, an upstream ping is relayed only after this long.
+PING_AFTER_SECONDS = 10.0
 
 
 def _data(event: bytes) -> bytes:
@@ -72,7 +75,9 @@ class _Block:
         elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
             self.data["signature"] = delta["signature"]
         elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
-            self.data.setdefault("citations", []).append(delta["citation"])
+            citations = self.data.get("citations")
+            # A text block may open with ``"citations": null``.
+            self.data["citations"] = [*(citations if isinstance(citations, list) else []), delta["citation"]]
         return ""
 
     def finish(self) -> None:
@@ -98,6 +103,7 @@ class AnthropicStream:
         self.error: Any = None
         self._delta: dict[str, Any] | None = None
         self._pending: list[_Block] = []  # thinking waiting for the block after it
+        self._holding = False  # a block of this round is held: so is every later one
 
     async def take(self, event: bytes) -> None:
         data = _data(event)
@@ -117,7 +123,9 @@ class AnthropicStream:
             self.relay.open(payload)
             return
         if kind == "ping":
-            if self.relay.writer.started:
+            # Relayed once the client has bytes; before that, only when the round has been
+            # silent for a while (a long held thinking block), so no intermediary times out.
+            if self.relay.writer.started or self.relay.waited() > PING_AFTER_SECONDS:
                 await self.relay.send(payload)
             return
         if kind == "error":
@@ -160,7 +168,17 @@ class AnthropicStream:
             self._pending.append(block)
             return
         if block.kind != "text" and not block.read:
-            return  # an agent's call is held to the round's end, with the thinking before it
+            # An agent's call (or a server tool block) is held to the round's end, with the
+            # thinking before it, and so is every block after it: the client gets the round's
+            # blocks in the order the model wrote them.
+            self._holding = True
+            return
+        if self._holding:
+            if block.read:
+                for thinking in self._pending:
+                    thinking.read = True
+                self._pending = []
+            return
         held, self._pending = self._pending, []
         for thinking in held:
             if block.read:
@@ -179,7 +197,7 @@ class AnthropicStream:
     async def finish(self, total_usage: dict[str, int]) -> None:
         """The last round: held blocks of the agent's in order, then one delta and the stop."""
         for _, block in sorted(self.blocks.items()):
-            if block.index is None and not block.read and block.kind != "text":
+            if block.index is None and not block.read:
                 await self.relay.flush(block)
         delta = dict(self._delta or {"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
         if not any(b.kind == "tool_use" and not b.read for b in self.blocks.values()):
@@ -199,6 +217,7 @@ class Relay:
     def __init__(self, writer: ResponseWriter) -> None:
         self.writer = writer
         self.opened = False
+        self.opened_at = 0.0
         self.next_index = 0
         # The first round's message_start, held until there is something to send after it.
         self.preamble: list[dict[str, Any]] = []
@@ -206,7 +225,11 @@ class Relay:
     def open(self, payload: dict[str, Any]) -> None:
         if not self.opened:
             self.opened = True
+            self.opened_at = time.monotonic()
             self.preamble.append(payload)
+
+    def waited(self) -> float:
+        return time.monotonic() - self.opened_at if self.opened else 0.0
 
     def assign(self, block: _Block) -> None:
         block.index = self.next_index

@@ -22,11 +22,22 @@ from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter, chat_error_event
 from proxy.shadow import chat_decision
 
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
-
 
 def _data(event: bytes) -> bytes:
     return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+
+
+def add_round_usage(
+    total: dict[str, int], usage: dict[str, Any], prompt: str, output: str, whole: str
+) -> None:
+    """One more round into ``total``: its prompt figure replaces the last one, its output adds."""
+    value = usage.get(prompt)
+    if isinstance(value, int) and not isinstance(value, bool):
+        total[prompt] = value
+    value = usage.get(output)
+    if isinstance(value, int) and not isinstance(value, bool):
+        total[output] = total.get(output, 0) + value
+    total[whole] = total.get(prompt, 0) + total.get(output, 0)
 
 
 def json_usage(raw: bytes) -> Any:
@@ -143,11 +154,10 @@ class ChatDialect:
         return self.prompt_tokens(json_usage(raw))
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None:
+        """The last round's prompt (the context the answer came from, which agents read as their
+        context size) and every round's completion; each round's usage is in the event."""
         if isinstance(usage, dict):
-            for key in _USAGE_KEYS:
-                value = usage.get(key)
-                if isinstance(value, int):
-                    total[key] = total.get(key, 0) + value
+            add_round_usage(total, usage, "prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _as_stop(event: bytes) -> bytes:

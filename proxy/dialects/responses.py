@@ -30,7 +30,7 @@ import orjson
 from policies.conversation import OPAQUE_ROLE, Message
 from policies.tokens import TokenCounter
 from proxy.dialects.base import NOT_RUN, Answer, Parsed
-from proxy.dialects.chat import json_usage
+from proxy.dialects.chat import add_round_usage, json_usage
 from proxy.dialects.responses_stream import ResponsesStream, error_event
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
@@ -347,11 +347,9 @@ class ResponsesDialect:
         return error_event(error)
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None:
+        """The last round's input (Codex sizes its context from it) and every round's output."""
         if isinstance(usage, dict):
-            for key in ("input_tokens", "output_tokens", "total_tokens"):
-                value = usage.get(key)
-                if isinstance(value, int):
-                    total[key] = total.get(key, 0) + value
+            add_round_usage(total, usage, "input_tokens", "output_tokens", "total_tokens")
 
     def prompt_tokens(self, usage: Any) -> int:
         value = usage.get("input_tokens") if isinstance(usage, dict) else None

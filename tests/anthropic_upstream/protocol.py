@@ -13,7 +13,8 @@
 - **Thinking budget** (``thinking_budget_error``): at least 1024 tokens, and below
   ``max_tokens`` unless the interleaved-thinking beta is on.
 - **Leaks** (``leaks``): ``read_tool_output`` calls and results belong only to the proxy's own
-  read follow-up rounds, never to a history the client sent.
+  read rounds (a follow-up round, or rounds the proxy put back where they happened), never to a
+  history the client wrote.
 
 Messages are the real API's (``messages.N.content.M: ...``); a detail for the test reader, if
 any, follows in brackets and is cut off before the message is sent back in a 400.
@@ -265,17 +266,28 @@ def is_read_follow_up(messages: list[Any], emitted_reads: set[str] | frozenset[s
 
 
 def leaks(messages: list[Any], follow_up: bool, emitted_reads: set[str] | frozenset[str]) -> list[str]:
-    """``read_tool_output`` calls or results in a request that is not a read follow-up round."""
+    """``read_tool_output`` calls or results in a request that is not a read follow-up round,
+    other than the rounds the model really had: a proxy puts its read rounds back where they
+    happened (calls this fake emitted, each answered), and only a call it never emitted, or a
+    result without its call, came from elsewhere (a client that saw the proxy's tool)."""
     if follow_up:
         return []
-    reads = set(emitted_reads) | read_call_ids(messages)
+    calls = read_call_ids(messages)
     found: list[str] = []
     for m, message in enumerate(messages):
         for n, block in enumerate(blocks(message)):
-            if _kind(block) == "tool_use" and block.get("name") == READ_TOOL:
-                found.append(f"messages.{m}.content.{n}: a read_tool_output tool_use")
-            elif _kind(block) == "tool_result" and block.get("tool_use_id") in reads:
-                found.append(f"messages.{m}.content.{n}: a read_tool_output tool_result")
+            if (
+                _kind(block) == "tool_use"
+                and block.get("name") == READ_TOOL
+                and block.get("id") not in emitted_reads
+            ):
+                found.append(f"messages.{m}.content.{n}: a read_tool_output tool_use the model never made")
+            elif (
+                _kind(block) == "tool_result"
+                and block.get("tool_use_id") in emitted_reads
+                and block.get("tool_use_id") not in calls
+            ):
+                found.append(f"messages.{m}.content.{n}: a read_tool_output tool_result without its call")
     return found
 
 

@@ -297,17 +297,30 @@ def test_reads_follow_ups_leaks_and_summaries(fake: Callable[..., AnthropicUpstr
     assert moved.startswith(
         "messages.3.content.0: Invalid `signature` in `thinking` block [its message is not"
     )
-    # The round in a request the client makes (its last message answers its own tool) is a leak.
-    leaked = [
+    # The round put back where it happened, in a later request, is the model's own: no leak.
+    restored = [
         *history,
         *round_,
         {"role": "assistant", "content": follow_up["content"]},
         {"role": "user", "content": [_result(follow_up["content"][-1]["id"], step_output(2))]},
     ]
+    _post(server, _body(restored, tools=tools))
+    assert server.requests[-1].leaks == []
+    # A read call the model never made, or a read result without its call, came from elsewhere.
+    invented = {"type": "tool_use", "id": "toolu_invented", "name": READ_TOOL, "input": {"handle": HANDLE}}
+    leaked = [
+        *history,
+        {"role": "assistant", "content": [invented]},
+        {"role": "user", "content": [_result("toolu_invented", "saved output")]},
+        {"role": "assistant", "content": [_text("ok")]},
+        {"role": "user", "content": [round_[1]["content"][0], _text("go on")]},
+        {"role": "assistant", "content": [_text("fine")]},
+        {"role": "user", "content": [_text("continue")]},
+    ]
     _post(server, _body(leaked, tools=tools))
     assert server.requests[-1].leaks == [
-        "messages.3.content.2: a read_tool_output tool_use",
-        "messages.4.content.0: a read_tool_output tool_result",
+        "messages.3.content.0: a read_tool_output tool_use the model never made",
+        "messages.6.content.0: a read_tool_output tool_result without its call",
     ]
     # The third follow-up round fails as asked (HTTP 500), without advancing the run.
     before = server.conversation().step

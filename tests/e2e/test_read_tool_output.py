@@ -97,7 +97,9 @@ def test_non_stream_read_by_pattern_is_answered_inside_the_proxy(
     parsed = answer.parse()
     assert parsed.choices[0].message.content == "found it: value=1234"
     assert parsed.choices[0].message.tool_calls is None
-    assert parsed.usage is not None and parsed.usage.prompt_tokens == 20  # summed over 2 rounds
+    # The last round's prompt (the context of the answer), both rounds' completions.
+    assert parsed.usage is not None and parsed.usage.prompt_tokens == 10
+    assert parsed.usage.completion_tokens == 4 and parsed.usage.total_tokens == 14
     assert answer.headers["x-compaction-read-rounds"] == "1"
     first, second = upstream.requests
     assert [t["function"]["name"] for t in first.json()["tools"]] == ["read_tool_output"]

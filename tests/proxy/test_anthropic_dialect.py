@@ -110,27 +110,54 @@ def test_a_changed_assistant_keeps_thinking_and_tool_use_ids() -> None:
     assert blocks[1]["text"] == "Listing." and blocks[2] is body["messages"][1]["content"][2]
 
 
-def test_the_summary_is_cached_and_breakpoints_stay_within_four() -> None:
-    body = fixture("claude-code-turn4.json")
-    # The client's own breakpoints, four of them: two in system, two in messages.
-    body["messages"][1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    body["messages"][3]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    client = breakpoints(body)
+def summarized(body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``body`` rendered with its middle replaced by a summary (system, task, summary, the last
+    two steps)."""
     parsed = DIALECT.parse(body, False)
     messages = parsed.neutral["messages"]
     summary = {"role": "user", "content": "Summary of the work so far: listed files."}
-    # system, first user, the summary, then the last two steps.
     view = [messages[0], messages[1], summary, *messages[-4:]]
     origin = [0, 1, -1, *range(len(messages) - 4, len(messages))]
-    rendered = DIALECT.render(parsed, view, origin)
+    return parsed, DIALECT.render(parsed, view, origin)
+
+
+def test_the_summary_is_cached() -> None:
+    body = fixture("claude-code-turn4.json")  # Claude Code's three breakpoints
+    parsed, rendered = summarized(body)
     assert problems(rendered) == [], problems(rendered)
-    assert breakpoints(rendered) <= 4 < client + 1
+    assert breakpoints(rendered) == 4
     # The first user message and the summary (both the user's) are one wire message; the
     # summary's block carries the breakpoint.
     first = rendered["messages"][0]["content"]
-    assert first[-1] == {"type": "text", "text": summary["content"], "cache_control": {"type": "ephemeral"}}
+    assert first[-1] == {
+        "type": "text",
+        "text": "Summary of the work so far: listed files.",
+        "cache_control": {"type": "ephemeral"},
+    }
     assert parsed.notes["cache_breakpoint"] == "summary"
     assert signatures(rendered).items() <= signatures(body).items()
+
+
+def test_the_clients_breakpoints_are_never_removed_for_the_proxys() -> None:
+    body = fixture("claude-code-turn4.json")
+    body["messages"][-3]["content"][-1]["cache_control"] = {"type": "ephemeral"}  # a fourth, kept
+    parsed, rendered = summarized(body)
+    assert breakpoints(rendered) == 4 and problems(rendered) == []
+    assert parsed.notes["cache_breakpoint"] == "the client's breakpoints use every slot"
+    # Automatic caching (a top-level cache_control) takes a slot too.
+    body = {**fixture("claude-code-turn4.json"), "cache_control": {"type": "ephemeral"}}
+    parsed, rendered = summarized(body)
+    assert breakpoints(rendered) == 4 and parsed.notes["cache_breakpoint"].startswith("the client's")
+
+
+def test_the_proxys_breakpoint_takes_the_ttl_of_the_ones_after_it() -> None:
+    """A 1-hour breakpoint may not come after a 5-minute one (the API refuses it)."""
+    body = fixture("claude-code-turn4.json")
+    body["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+    body["system"][1]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+    body["system"][2]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+    _, rendered = summarized(body)
+    assert rendered["messages"][0]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
 
 def test_a_view_opening_with_the_assistant_gets_a_user_opening() -> None:
@@ -215,3 +242,30 @@ def test_the_prompt_tokens_a_relayed_answer_reports() -> None:
     message = {"type": "message", "content": [], "usage": usage}
     assert DIALECT.reported_prompt_tokens(orjson.dumps(message), sse=False) == 3210
     assert DIALECT.reported_prompt_tokens(b"{truncated", sse=False) == 0
+
+
+def test_images_and_documents_are_counted_as_claude_counts_them() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR" * 10}}
+    text_document = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "word " * 5000},
+    }
+    pdf = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "A" * 400_000},
+    }
+    user = {"role": "user", "content": [{"type": "text", "text": "look"}, image, text_document, pdf]}
+    shot = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image]}
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "Screenshot", "input": {}}],
+    }
+    body = {"model": "claude-sonnet-4-6", "messages": [user, call, {"role": "user", "content": [shot]}]}
+    parsed = DIALECT.parse(body, False)
+    first, _, result = parsed.neutral["messages"]
+    # The text document is read as its text; the image and the PDF (300 KB: about 11.7k tokens)
+    # are estimates, which keep the request out of the factor's calibration.
+    assert COUNTER.count_message(first, "o200k_base") > 5000 + 1600 + 11_000
+    assert first["wire_tokens"] == 1600 + 2000 * 300_000 // 51_200
+    assert result["wire_tokens"] == 1600 and result["content"] == "[image]"
+    assert parsed.notes["media"] == 2

@@ -67,3 +67,38 @@ def test_the_window_is_in_the_proxys_count() -> None:
     assert windows.window_for("claude-sonnet-4-6") == int((200_000 - 346) / 1.25)
     assert windows.real_window("claude-sonnet-4-6") == 200_000
     assert windows.window_for("gpt-4o") == 128_000
+
+
+def test_the_observer_learns_from_answers_but_not_from_estimated_media() -> None:
+    import orjson
+
+    from policies.pipeline import PolicyOutcome
+    from proxy.dialects import make_dialects
+    from proxy.exchange import Exchange
+    from proxy.observers import TokenCalibration
+
+    factors = TokenFactors({"claude-*": 1.3})
+    observer = TokenCalibration(factors, make_dialects())
+
+    def answered(reported: int, media: int = 0) -> Exchange:
+        exchange = Exchange(request_id="r", route="anthropic", method="POST", started=0.0, status=200)
+        exchange.mode, exchange.model, exchange.token_factor = "enforce", "claude-x", 1.3
+        exchange.outcome = PolicyOutcome(None, 10_000, 10_000)
+        exchange.dialect_notes = {"tools": 1, **({"media": media} if media else {})}
+        exchange.answer_head = bytearray(
+            orjson.dumps({"type": "message", "usage": {"input_tokens": reported}})
+        )
+        observer.observe(exchange)
+        return exchange
+
+    assert answered(30_346, media=4).token_count["ratio"] is None  # type: ignore[index]
+    assert factors.snapshot() == {}
+    counted = answered(11_346).token_count
+    assert counted == {
+        "counted": 10_000,
+        "factor": 1.3,
+        "fixed": 346,
+        "estimated": 13_346,
+        "reported": 11_346,
+        "ratio": 1.1,
+    }
