@@ -15,7 +15,7 @@ import pytest
 from policies.conversation import parse
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
-from proxy.dialects.base import Answer
+from proxy.dialects.base import NOT_RUN, Answer
 from proxy.dialects.responses import ResponsesDialect
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
@@ -189,13 +189,18 @@ def test_a_read_round_goes_back_with_its_reasoning() -> None:
     }
     answer = Answer(calls=[read, agent], items=[reasoning, read, agent])
     after = DIALECT.add_round(body, answer, [(read, "the lines")])
+    # the whole answer goes back as the model wrote it (reasoning items are bound to it); the agent's
+    # call in it is answered NOT_RUN so the model re-issues it once it has read what it asked for.
     assert [i.get("type") for i in after["input"]] == [
         "message",
         "reasoning",
         "function_call",
+        "function_call",
+        "function_call_output",
         "function_call_output",
     ]
-    assert after["input"][-1] == {"type": "function_call_output", "call_id": "call_r", "output": "the lines"}
+    outputs = {i["call_id"]: i["output"] for i in after["input"] if i.get("type") == "function_call_output"}
+    assert outputs == {"call_r": "the lines", "call_a": NOT_RUN}
     assert [t["name"] for t in DIALECT.without_read_tool(after).get("tools", [])] == []
 
 
