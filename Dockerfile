@@ -14,8 +14,11 @@ COPY --from=build /install /usr/local
 COPY config.yml /app/config.yml
 WORKDIR /app
 USER 10001
-ENV COMPACTION_PROXY_CONFIG=/app/config.yml
+# Every interface inside the container. The port is the config's (server.port) or
+# -e COMPACTION_PROXY_PORT=...: `serve` and `healthcheck` read both, so the check follows it.
+ENV COMPACTION_PROXY_CONFIG=/app/config.yml \
+    COMPACTION_PROXY_HOST=0.0.0.0
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2).status == 200 else 1)"]
-CMD ["compaction-proxy", "serve", "--host", "0.0.0.0", "--port", "8080"]
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+  CMD ["compaction-proxy", "healthcheck"]
+CMD ["compaction-proxy", "serve"]

@@ -13,10 +13,10 @@ import httpx
 import orjson
 import structlog
 from litestar import Litestar
-from litestar.openapi import OpenAPIConfig
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
+from proxy.api_docs import openapi_config
 from proxy.compaction import CompactionService
 from proxy.control import control_routes
 from proxy.dialects import ROUTES, make_dialects
@@ -189,6 +189,8 @@ def create_app(
             await asyncio.sleep(30)
             await asyncio.to_thread(factors.save)
 
+    state_dir = os.path.abspath(settings.state_dir)  # for the start line
+
     async def on_startup() -> None:
         prepare_state_dir(settings.state_dir)
         await asyncio.to_thread(factors.load)
@@ -209,10 +211,14 @@ def create_app(
         state.ready.set()
         log.info(
             "started",
+            version=package_version(),
+            listen=f"http://{settings.server.host}:{settings.server.port}",
             upstream=settings.upstream.base_url,
             anthropic=settings.anthropic.base_url,
             policy=settings.policy,
             mode=settings.mode,
+            store=describe_store(settings),
+            state_dir=state_dir,
             policies=sorted(policies),
         )
 
@@ -233,7 +239,7 @@ def create_app(
         route_handlers=control_routes(settings, store, metrics, state.ready),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
-        openapi_config=OpenAPIConfig(title="compaction-proxy", version="0.1.0", path="/schema"),
+        openapi_config=openapi_config(version, ROUTES),
         logging_config=None,
         debug=False,
     )
@@ -262,6 +268,15 @@ def package_version() -> str:
         return importlib.metadata.version("compaction-proxy")
     except importlib.metadata.PackageNotFoundError:
         return "0"
+
+
+def describe_store(settings: Settings) -> str:
+    """The store for humans: its kind and where it is (a Redis password never shown)."""
+    from proxy.preflight import redact_url
+
+    if settings.store.backend == "redis":
+        return f"redis {redact_url(settings.store.redis_url)}"
+    return f"sqlite {settings.store.path or Path(settings.state_dir) / 'compaction.db'}"
 
 
 def make_store(settings: Settings) -> Store:

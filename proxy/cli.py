@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import datetime
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,17 @@ import orjson
 import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
-from proxy.settings import ENV_CONFIG, ConfigError, Settings, load_settings, policy_specs, to_builtins
+from proxy.config_merge import policy_origins
+from proxy.preflight import PreflightError, healthcheck, preflight
+from proxy.settings import (
+    ENV_CONFIG,
+    ConfigError,
+    Settings,
+    builtin_policies,
+    load_settings,
+    policy_specs,
+    to_builtins,
+)
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -38,6 +45,9 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _load(args)
+    # A port in use, an unwritable state directory or a store that is down: one line, exit 1,
+    # before anything is logged as started.
+    preflight(settings)
     workers = settings.server.workers
     if workers > 1:
         # Several processes: prometheus-client's multiprocess mode, set up before it is
@@ -103,52 +113,36 @@ def _check(args: argparse.Namespace) -> int:
         if resolved[section].get(secret):
             resolved[section][secret] = "<set>"
     sys.stdout.write(yaml.safe_dump(resolved, sort_keys=False))
+    origins = policy_origins(_user_policies(args.config), builtin_policies())
+    width = max(len(name) for name in settings.policies)
+    lines = [f"# effective policies (default: {settings.policy}; per request: X-Compaction-Policy):"]
+    for name, policy in settings.policies.items():
+        stages = ", ".join(next(iter(stage)) for stage in policy.stages) or "no stages"
+        lines.append(f"#   {name:<{width}}  {origins.get(name, 'built-in'):<22} {stages}")
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
-def _parse_since(value: str | None) -> float:
-    """Unix seconds, an ISO time, or a duration back from now such as 90s, 15m, 2h, 1d."""
-    if not value:
-        return 0.0
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value[-1] in units and value[:-1].replace(".", "", 1).isdigit():
-        return time.time() - float(value[:-1]) * units[value[-1]]
-    try:
-        return float(value)
-    except ValueError:
-        return datetime.datetime.fromisoformat(value).timestamp()
+def _user_policies(path: str | None) -> object:
+    source = path or os.environ.get(ENV_CONFIG)
+    if not source:
+        return None
+    loaded = yaml.safe_load(Path(source).read_text(encoding="utf-8")) or {}
+    return loaded.get("policies") if isinstance(loaded, dict) else None
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    healthy, detail = healthcheck(_load(args))
+    sys.stdout.write(detail + "\n")
+    return 0 if healthy else 1
 
 
 def _events(args: argparse.Namespace) -> int:
     from proxy.app import make_store
+    from proxy.events_cli import run_events
 
     settings = _load(args)
-    store = make_store(settings)
-    since = _parse_since(args.since)
-    seen: set[str] = set()
-
-    async def run() -> None:
-        nonlocal since
-        try:
-            while True:
-                found = await store.events(
-                    args.tenant, session=args.session, policy=args.policy, since=since, limit=args.limit
-                )
-                for event in found:
-                    if event["event_id"] not in seen:
-                        seen.add(event["event_id"])
-                        sys.stdout.write(orjson.dumps(event).decode() + "\n")
-                        since = max(since, float(event["time"]))
-                sys.stdout.flush()
-                if not args.follow:
-                    return
-                await asyncio.sleep(args.interval)
-        finally:
-            await store.close()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
-    return 0
+    return run_events(args, settings, make_store(settings))
 
 
 # Commands that live in other packages, registered by name and imported only when asked for,
@@ -160,6 +154,7 @@ EXTENSIONS: dict[str, tuple[str, str]] = {
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compaction-proxy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"compaction-proxy {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument(
@@ -175,7 +170,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     check.set_defaults(run=_check)
     events = commands.add_parser("events", help="print compaction events from the store as JSON lines")
     events.add_argument("--config", help="YAML settings file (locates the store)")
-    events.add_argument("--session", help="the proxy's session id (s_...), as in the events")
+    events.add_argument("--session", help="your X-Session-Id, or the proxy's session id (s_...)")
     events.add_argument("--tenant", help="the proxy's tenant id (t_...)")
     events.add_argument("--policy", help="only events of this policy")
     events.add_argument("--since", help="unix seconds, ISO time, or a duration back from now (15m, 2h, 1d)")
@@ -183,6 +178,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
     events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
     events.set_defaults(run=_events)
+    health = commands.add_parser(
+        "healthcheck", help="exit 0 if the proxy of this configuration answers /readyz (for containers)"
+    )
+    health.add_argument("--config", help="YAML settings file (default: $COMPACTION_PROXY_CONFIG)")
+    health.add_argument("--port", type=int, help="the port it listens on (default: the configured one)")
+    health.set_defaults(run=_healthcheck)
     wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
     for name, (module, summary) in EXTENSIONS.items():
         if wanted == [name]:
@@ -201,6 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PolicyConfigError) as exc:
         sys.stderr.write(f"compaction-proxy: {exc}\n")
         return 2
+    except PreflightError as exc:
+        sys.stderr.write(f"compaction-proxy: {exc}\n")
+        return 1
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("compaction-proxy")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 if __name__ == "__main__":

@@ -21,8 +21,13 @@ import yaml
 from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
-
-DEFAULT_MODEL_FACTORS: dict[str, float] = {"claude-*": 1.3}
+from proxy.config_merge import (
+    DEFAULT_MODEL_FACTORS,
+    MergeError,
+    apply_models,
+    builtin_models,
+    merge_policies,
+)
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
 Mode = Literal["enforce", "shadow", "off"]
@@ -34,6 +39,8 @@ ENV_ANTHROPIC_URL = "COMPACTION_PROXY_ANTHROPIC_URL"
 ENV_ANTHROPIC_API_KEY = "COMPACTION_PROXY_ANTHROPIC_API_KEY"
 ENV_SUMMARIZER_API_KEY = "COMPACTION_PROXY_SUMMARIZER_API_KEY"
 ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
+ENV_HOST = "COMPACTION_PROXY_HOST"
+ENV_PORT = "COMPACTION_PROXY_PORT"
 
 _POLICY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -100,6 +107,14 @@ class AnthropicSettings(_Section, frozen=True):
 
     def __post_init__(self) -> None:
         UpstreamSettings(base_url=self.base_url)  # the same URL rules
+
+
+class ModelSettings(_Section, frozen=True):
+    # Context window in tokens, the packaged encoding that counts them, and for models whose
+    # tokenizer is not packaged the factor applied to that count (null: the next matching entry's).
+    window: Annotated[int, msgspec.Meta(ge=1024)] | None = None
+    encoding: EncodingName | None = None
+    token_factor: Annotated[float, msgspec.Meta(gt=0.1, le=10)] | None = None
 
 
 class TokenSettings(_Section, frozen=True):
@@ -257,6 +272,11 @@ class Settings(_Section, frozen=True):
     mode: Mode = "enforce"
     policy: str = "full"
     policies: dict[str, PolicySettings] = msgspec.field(default_factory=_default_policies)
+    # One table per model name pattern; load_settings derives the lookup tables below from it.
+    models: dict[str, ModelSettings] = msgspec.field(
+        default_factory=lambda: msgspec.convert(builtin_models(), dict[str, ModelSettings])
+    )
+    # Derived from `models` (a file may still set them: each then replaces its derived table).
     context_windows: dict[str, Annotated[int, msgspec.Meta(ge=1024)]] = msgspec.field(
         default_factory=_default_windows
     )
@@ -347,9 +367,21 @@ def load_settings(
     ):
         if env.get(variable):
             _set_path(data, dotted, env[variable])
+    if env.get(ENV_HOST):
+        _set_path(data, "server.host", env[ENV_HOST])
+    if env.get(ENV_PORT):
+        try:
+            _set_path(data, "server.port", int(env[ENV_PORT]))
+        except ValueError:
+            raise ConfigError(f"{ENV_PORT}={env[ENV_PORT]!r}: expected a port number") from None
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_path(data, dotted, value)
+    try:
+        apply_models(data)
+        data["policies"] = merge_policies(data.get("policies"), builtin_policies())
+    except MergeError as exc:
+        raise ConfigError(f"invalid configuration in {origin}: {exc}") from exc
     # msgspec reports a bad entry of a mapping as `policies[...]`; check entries one by one
     # first so that the message names the policy.
     policies = data.get("policies")
@@ -368,6 +400,11 @@ def load_settings(
         return msgspec.convert(data, Settings, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"invalid configuration in {origin}: {_describe_validation_error(exc)}") from exc
+
+
+def builtin_policies() -> dict[str, dict[str, Any]]:
+    policies: dict[str, dict[str, Any]] = msgspec.to_builtins(_default_policies())
+    return policies
 
 
 def policy_specs(settings: Settings) -> dict[str, PolicySpec]:
