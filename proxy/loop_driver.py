@@ -21,7 +21,7 @@ from proxy.forwarding import client_response_headers
 from proxy.read_loop import LoopResult, ReadLoop, resolve_reads
 from proxy.response_writer import ResponseWriter
 from proxy.store import Store
-from proxy.upstream import Upstream, failure_kind, upstream_failure
+from proxy.upstream import Upstream, failure_kind, stream_failure, upstream_failure
 
 
 def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
@@ -95,8 +95,13 @@ class LoopDriver:
             else:
                 await self._run_json()
         except httpx.HTTPError as exc:
-            self.result.error = failure_kind(exc) if not self.writer.started else _stream_failure(exc)
-            await self.writer.fail(upstream_failure(exc))
+            request_id = self.request_id.decode()
+            if self.writer.started:
+                self.result.error = _stream_failure(exc)
+                await self.writer.fail(stream_failure(exc, request_id=request_id))
+            else:
+                self.result.error = failure_kind(exc)
+                await self.writer.fail(upstream_failure(exc, request_id=request_id))
         return self.result
 
     async def _open(self) -> httpx.Response:

@@ -9,12 +9,12 @@ from typing import Any
 
 import httpx
 
-from proxy.errors import ErrorBody, ProxyError, openai_error_body
+from proxy.errors import ErrorBody, openai_error_body
 from proxy.exchange import Exchange
 from proxy.forwarding import client_response_headers, header_value
 from proxy.metrics import Metrics
 from proxy.response_writer import ErrorEvent, ResponseWriter, chat_error_event
-from proxy.upstream import Upstream, failure_kind, upstream_failure
+from proxy.upstream import Upstream, failure_kind, stream_failure, upstream_failure
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 _SSE = b"text/event-stream"
@@ -43,7 +43,7 @@ async def relay(
     except httpx.HTTPError as exc:
         exchange.upstream_seconds = time.perf_counter() - sent_at
         exchange.error = failure_kind(exc)
-        raise upstream_failure(exc) from None
+        raise upstream_failure(exc, request_id=exchange.request_id) from None
     del content  # sent: not kept while the answer streams
     writer = ResponseWriter(
         send,
@@ -81,16 +81,10 @@ async def relay(
                     exchange.answer_head += chunk[: head_limit - len(exchange.answer_head)]
                 await writer.write(chunk)
         except httpx.HTTPError as exc:
-            exchange.error = "upstream_" + ("timeout" if isinstance(exc, httpx.TimeoutException) else "reset")
+            error = stream_failure(exc, request_id=exchange.request_id)
+            exchange.error = error.code
             metrics.errors.labels(exchange.error).inc()
-            await writer.fail(
-                ProxyError(
-                    502,
-                    "The upstream connection failed in the middle of the stream.",
-                    type="upstream_error",
-                    code=exchange.error,
-                )
-            )
+            await writer.fail(error)
             return
         await writer.finish()
     finally:

@@ -97,6 +97,8 @@ class UpstreamSettings(_Section, frozen=True):
             raise ValueError("must be an http:// or https:// URL")
         if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
             raise ValueError("must be a plain URL: no query, fragment or backslash")
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError("must not hold user:password@; set the key with api_key instead")
 
 
 class AnthropicSettings(_Section, frozen=True):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import structlog
 
 from proxy.errors import ProxyError
 from proxy.settings import UpstreamSettings
 from proxy.transport import AiohttpTransport
+from proxy.upstream_errors import Failure, describe
+
+# Failures are rare: a lazy logger (it follows the configuration, and tests' capture) is enough.
+_log = structlog.get_logger("compaction_proxy")
 
 
 class Upstream:
@@ -33,8 +39,15 @@ class Upstream:
         request = httpx.Request(
             method, url, headers=headers, content=content, extensions={"timeout": self.timeout}
         )
-        response = await self.transport.handle_async_request(request)
+        try:
+            response = await self.transport.handle_async_request(request)
+        except httpx.HTTPError as exc:
+            _attach(exc, request)
+            raise
         response.request = request
+        if not isinstance(self.transport, AiohttpTransport):
+            # httpx's transport raises without the request: a failure report needs its URL.
+            response.stream = _Attached(response.stream, request)
         return response
 
     async def aclose(self) -> None:
@@ -55,21 +68,69 @@ def make_transport(settings: UpstreamSettings) -> httpx.AsyncBaseTransport:
     )
 
 
-def upstream_failure(exc: httpx.HTTPError) -> ProxyError:
-    """An OpenAI-style error for a request that got no usable answer from the upstream.
+def _attach(exc: httpx.HTTPError, request: httpx.Request) -> None:
+    try:
+        exc.request  # noqa: B018 (raises when unset)
+    except RuntimeError:
+        exc.request = request
 
-    Exception texts are not forwarded: they can name internal hosts.
+
+class _Attached(httpx.AsyncByteStream):
+    """A response stream whose transport errors carry their request."""
+
+    def __init__(self, stream: Any, request: httpx.Request) -> None:
+        self._stream = stream
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except httpx.HTTPError as exc:
+            _attach(exc, self._request)
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def upstream_failure(exc: httpx.HTTPError, *, request_id: str | None = None) -> ProxyError:
+    """The error for a request that got no usable answer from the upstream (502, or 504 for a
+    timeout), logged as ``upstream_failed``.
+
+    The message names the upstream (``scheme://host:port``, never its user information, path
+    or query) and why, in plain words (``proxy/upstream_errors.py``); exception texts are not
+    forwarded.
     """
-    if isinstance(exc, httpx.TimeoutException):
-        return ProxyError(
-            504, "The upstream API did not answer in time.", type="upstream_error", code="upstream_timeout"
-        )
+    failure = describe(exc)
+    code = failure_kind(exc)
+    _log_failure(failure, code, request_id)
     return ProxyError(
-        502,
-        "The upstream API could not be reached or closed the connection.",
-        type="upstream_error",
-        code="upstream_unreachable",
+        504 if code == "upstream_timeout" else 502, failure.message(), type="upstream_error", code=code
     )
+
+
+def stream_failure(exc: httpx.HTTPError, *, request_id: str | None = None) -> ProxyError:
+    """The error event for an answer the upstream broke off after it started (``code``:
+    ``upstream_timeout`` or ``upstream_reset``), logged as ``upstream_failed``."""
+    failure = describe(exc, streaming=True)
+    code = "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_reset"
+    _log_failure(failure, code, request_id)
+    return ProxyError(502, failure.message(), type="upstream_error", code=code)
+
+
+def _log_failure(failure: Failure, code: str, request_id: str | None) -> None:
+    """One line per failure: which upstream, why, and the error the client got; no key,
+    header or content (the fields hold only the origin and fixed words)."""
+    fields: dict[str, Any] = {
+        "upstream": failure.upstream or None,
+        "reason": failure.reason,
+        "error": code,
+        "message": failure.message(),
+    }
+    if request_id is not None:
+        fields["request_id"] = request_id
+    _log.warning("upstream_failed", **fields)
 
 
 def failure_kind(exc: httpx.HTTPError) -> str:

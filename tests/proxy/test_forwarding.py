@@ -139,10 +139,10 @@ async def test_chat_is_forwarded_with_headers_and_bytes(client: httpx.AsyncClien
 @pytest.mark.parametrize(
     ("failure", "status", "code"),
     [
-        (httpx.ConnectError("refused"), 502, "upstream_unreachable"),
-        (httpx.RemoteProtocolError("closed"), 502, "upstream_unreachable"),
-        (httpx.ReadTimeout("slow"), 504, "upstream_timeout"),
-        (httpx.ConnectTimeout("slow"), 504, "upstream_timeout"),
+        (httpx.ConnectError("refused sk-leak"), 502, "upstream_unreachable"),
+        (httpx.RemoteProtocolError("closed sk-leak"), 502, "upstream_unreachable"),
+        (httpx.ReadTimeout("slow sk-leak"), 504, "upstream_timeout"),
+        (httpx.ConnectTimeout("slow sk-leak"), 504, "upstream_timeout"),
     ],
 )
 async def test_transport_failures_map_to_gateway_errors(
@@ -153,7 +153,9 @@ async def test_transport_failures_map_to_gateway_errors(
     assert response.status_code == status
     error = response.json()["error"]
     assert error["code"] == code
-    assert "upstream.test" not in error["message"]
+    # The configured upstream, by scheme, host and port; the exception's own text is not forwarded.
+    assert error["message"].startswith("The upstream http://upstream.test:80 ")
+    assert "sk-leak" not in error["message"]
 
 
 @respx.mock

@@ -38,6 +38,7 @@ def test_no_file_means_built_in_defaults() -> None:
         ("server:\n  port: 70000\n", "`server.port`: Expected `int` <= 65535"),
         ("mode: sometimes\n", "`mode`: Invalid enum value 'sometimes'"),
         ("upstream:\n  base_url: ftp://x\n", "`upstream`: must be an http:// or https:// URL"),
+        ("upstream:\n  base_url: http://u:pw@x/v1\n", "`upstream`: must not hold user:password@"),
         ("policy: missing\n", "is not one of the configured policies"),
         ("policies:\n  full:\n    stages: []\n    colour: red\n", "`policies.full.colour`: unknown key"),
         ("- a\n- b\n", "the top level must be a mapping"),
