@@ -247,6 +247,10 @@ def classify(tool: str, args: dict[str, Any], *, native: bool = True) -> Action:
         command = shell_command(raw)
         if command is not None:
             return _shell(tool, args, command, native)
+    if tool in _EDITOR_TOOLS and not args.get("command"):
+        # An editor without sub-commands (``edit_file(path, old_string, new_string)``, Cursor's
+        # ``edit_file(target_file, code_edit)``): read from its arguments.
+        return _fallback(tool, args, path, native)
     if tool in _EDITOR_TOOLS:
         sub = str(args.get("command") or "").split(" ", 1)[0]
         if sub in _EDITOR_WRITES:
@@ -307,7 +311,12 @@ def _fallback(tool: str, args: dict[str, Any], path: str | None, native: bool) -
             return Action(
                 tool, PATCH, args, path=path, paths=patch_paths(value), code=patch_added_text(value)
             )
-    for new_key, old_key in (("new_string", "old_string"), ("new_str", "old_str"), ("replace", "search")):
+    for new_key, old_key in (
+        ("new_string", "old_string"),
+        ("new_str", "old_str"),
+        ("replace", "search"),
+        ("code_edit", "old_string"),
+    ):
         if isinstance(args.get(new_key), str) and path:
             return Action(
                 tool, EDIT, args, path=path, code=args[new_key], old=_text(args.get(old_key)), native=native

@@ -53,6 +53,8 @@ class AutoCompactFact(_Fact, frozen=True):
 class OffloadFact(_Fact, frozen=True):
     outputs: int
     handles: tuple[str, ...]
+    # Edits whose large bodies (a file's text, a patch) were offloaded from their calls.
+    edits: int = 0
 
 
 class RetryCollapseFact(_Fact, frozen=True):

@@ -2,8 +2,9 @@
 
 A handle names a text the proxy saved outside the conversation (``out_`` and 16 hex digits of
 the text's hash, so the same text always gets the same handle). A view mentions it as
-``handle=out_...`` in a placeholder (an offloaded output), an excerpt (an output cut to fit
-the window), a retry note or the ledger; the model reads it back with ``read_tool_output``.
+``handle=out_...`` in a placeholder (an offloaded output, or a large body of an edit in its
+call's arguments), an excerpt (an output cut to fit the window), a retry note or the ledger;
+the model reads it back with ``read_tool_output``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ PREFIX = "out_"
 MENTION = "handle=" + PREFIX
 PATTERN = re.compile(r"\bhandle=['\"]?(out_[0-9a-f]{16})")
 PLACEHOLDER_PREFIX = "[Output saved outside the context: handle="
+# Stands for a large body of an agent's own edit (a file's text, a patch) in its call.
+ARGUMENT_PREFIX = "[Argument saved outside the context: handle="
 EXCERPT_PREFIX = "[Output cut to fit the context window: handle="
 
 
@@ -41,8 +44,19 @@ def handles_in(text: str) -> list[str]:
     return PATTERN.findall(text)
 
 
+def _arguments(message: Any) -> Iterable[str]:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            yield arguments
+
+
 def names_a_handle(messages: Iterable[Any]) -> bool:
-    return any(MENTION in message_text(m) for m in messages)
+    """Whether a view names a saved text: in a message's text or a call's arguments (an
+    offloaded edit)."""
+    return any(MENTION in message_text(m) or any(MENTION in a for a in _arguments(m)) for m in messages)
 
 
 def read_hint(handle: str) -> str:
@@ -52,6 +66,11 @@ def read_hint(handle: str) -> str:
 def placeholder_text(handle: str, description: str) -> str:
     """The text that stands for an offloaded output."""
     return f"{PLACEHOLDER_PREFIX}{handle}]\n{description}\nRead it with {read_hint(handle)}."
+
+
+def argument_placeholder(handle: str, description: str) -> str:
+    """The text that stands for a large body of an edit in its call's arguments."""
+    return f"{ARGUMENT_PREFIX}{handle}]\n{description}\nRead it with {read_hint(handle)}."
 
 
 def is_placeholder(text: str) -> bool:

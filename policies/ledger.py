@@ -7,19 +7,32 @@ number of compaction cycles; it can also serve alone as a model-free summary.
 Extraction understands native tool calls (OpenHands ``execute_bash``/``str_replace_editor``/
 ``task_tracker``...) and actions written as text (SWE-agent commands, ``<function=...>``
 blocks). Everything it records is copied from the history; nothing is inferred.
+
+Two sections are never paraphrased (``ledger_records.py``): the user's words after the task,
+verbatim and in order (observations of text-action agents are not the user's words), and,
+when edits are artifacts, every edit by file in order with the handle its content is saved
+under.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import msgspec
 
-from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, actions_of
-from policies.conversation import Message, message_text, parse, result_id, role
+from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action, actions_of
+from policies.artifacts import edit_artifact
+from policies.conversation import Message, is_harness_preamble, message_text, parse, result_id, role
 from policies.handles import mention
+from policies.ledger_records import (
+    EditRecord,
+    UserWords,
+    render_edits,
+    render_user_words,
+    saved_user_words,
+)
 from policies.shell_commands import exit_code
 
 MAX_GOAL_CHARS = 6000
@@ -31,6 +44,7 @@ _TEST_SUMMARY = re.compile(
     r"\b\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b"
     r"(?:, \d+ \w+)*(?: in [\d.]+s)?"
 )
+_OPEN_FILE = re.compile(r"\(Open file: (/[^)\s]*)\)")
 _ERROR_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error|fatal|FAILED)\b[:\s].*"
 )
@@ -58,6 +72,10 @@ class Ledger(msgspec.Struct, frozen=True):
     open_items: tuple[str, ...] = ()
     handles: tuple[str, ...] = ()
     messages_seen: int = 0
+    # Every edit, in order (with the handle its content is saved under, when edits are artifacts).
+    edits: tuple[EditRecord, ...] = ()
+    # The user's messages after the task, verbatim, in order.
+    user_words: tuple[UserWords, ...] = ()
 
     def merge(self, newer: Ledger) -> Ledger:
         """This ledger followed by what ``newer`` saw later (a later compaction cycle)."""
@@ -79,10 +97,40 @@ class Ledger(msgspec.Struct, frozen=True):
             open_items=newer.open_items if newer.open_items or newer.messages_seen else self.open_items,
             handles=_unique(self.handles + newer.handles),
             messages_seen=self.messages_seen + newer.messages_seen,
+            edits=self.edits + newer.edits,
+            user_words=self.user_words + newer.user_words,
         )
 
     def with_handles(self, handles: Iterable[str]) -> Ledger:
         return msgspec.structs.replace(self, handles=_unique((*self.handles, *handles)))
+
+    def with_kept(self, texts: Collection[str]) -> Ledger:
+        """The user's words the view now keeps verbatim after the summary are shown there, not
+        twice (a message summarized once can become the pinned last user message later)."""
+        if not any(w.text in texts and not w.kept for w in self.user_words):
+            return self
+        words = tuple(UserWords(w.text, kept=w.kept or w.text in texts) for w in self.user_words)
+        return msgspec.structs.replace(self, user_words=words)
+
+    def saved_texts(self) -> dict[str, str]:
+        """Handle -> text of what the ledger names by handle besides saved outputs and edits
+        (long user messages): stored by the proxy before a view names them."""
+        return saved_user_words(self.user_words)
+
+    def _file_lines(self) -> list[str]:
+        edited = {e.path for e in self.edits}
+        # Every file with a recorded edit is listed; of the others, the newest.
+        others = [f for f in self.files if f.path not in edited]
+        shown = {f.path for f in others[-max(0, MAX_ITEMS - len(edited)) :]} | edited
+        lines = []
+        for record in self.files:
+            if record.path not in shown:
+                continue
+            line = f"- {record.path} (viewed {record.views}x, edited {record.edits}x)"
+            if record.path in edited:
+                line += f"; edits in order: {render_edits(self.edits, record.path)}"
+            lines.append(line)
+        return lines
 
     def render(self) -> str:
         """Markdown, stable for the same ledger (so the summary message is byte-stable)."""
@@ -91,9 +139,10 @@ class Ledger(msgspec.Struct, frozen=True):
             lines += ["### Goal", "The task: the first user message, kept verbatim above this summary."]
         elif self.goal:
             lines += ["### Goal (first user message, verbatim)", self.goal]
+        lines += render_user_words(self.user_words)
         if self.files:
             lines.append("### Files")
-            lines += [f"- {f.path} (viewed {f.views}x, edited {f.edits}x)" for f in self.files[-MAX_ITEMS:]]
+            lines += self._file_lines()
         if self.commands:
             lines.append("### Commands run (exit code)")
             shown = self.commands[-MAX_ITEMS:]
@@ -111,11 +160,13 @@ class Ledger(msgspec.Struct, frozen=True):
         if self.open_items:
             lines.append("### Open items")
             lines += [f"- {t}" for t in self.open_items]
-        if self.handles:
+        named = {e.handle for e in self.edits} | set(self.saved_texts())
+        handles = [h for h in self.handles if h not in named]
+        if handles:
             lines.append("### Saved outputs (read with read_tool_output)")
-            shown_handles = self.handles[-MAX_HANDLES:]
-            if len(self.handles) > len(shown_handles):
-                lines.append(f"- ... {len(self.handles) - len(shown_handles)} earlier saved outputs")
+            shown_handles = handles[-MAX_HANDLES:]
+            if len(handles) > len(shown_handles):
+                lines.append(f"- ... {len(handles) - len(shown_handles)} earlier saved outputs")
             lines += [f"- {mention(h)}" for h in shown_handles]
         return "\n".join(lines)
 
@@ -145,83 +196,148 @@ def build_ledger(
     goal: str | None = None,
     *,
     task_kept: bool = False,
+    kept: Collection[int] = (),
+    artifacts: dict[str, tuple[str, str]] | None = None,
 ) -> Ledger:
     """The ledger of ``messages[start:end]``. The goal is ``goal`` if given, else the
     conversation's task (its first user message, wherever the range starts); ``task_kept``
-    says the view keeps that message verbatim before the summary, so it is not repeated."""
+    says the view keeps that message verbatim before the summary, so it is not repeated.
+    ``kept``: indices of messages the view keeps verbatim after the summary. With
+    ``artifacts`` (a dict, filled with handle -> (saved text, description)), edits are
+    artifacts: each is listed under its file with the handle its content is saved under."""
     end = len(messages) if end is None else end
     goal = (goal if goal else task_text(messages))[:MAX_GOAL_CHARS]
-    text_agent = parse(messages).text_actions
-    files: dict[str, FileRecord] = {}
-    commands: list[CommandRecord] = []
-    errors: list[str] = []
-    tests: list[str] = []
-    open_items: tuple[str, ...] = ()
-    pending_commands: dict[str, int] = {}
-    last_text_command: int | None = None
-
-    def touch(path: str, edit: bool) -> None:
-        old = files.get(path, FileRecord(path))
-        files[path] = FileRecord(path, old.views + (not edit), old.edits + edit)
-
+    builder = _Builder(messages, artifacts)
     for index in range(start, end):
-        message = messages[index]
-        kind = role(message)
-        if kind == "assistant":
-            raw_calls = message.get("tool_calls")
-            calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
-            last_text_command = None
-            for position, action in enumerate(actions_of(message)):
-                if action.kind in (EDIT, WRITE, READ) and action.path:
-                    touch(action.path, action.kind != READ)
-                elif action.kind == PATCH:
-                    for path in action.paths or ((action.path,) if action.path else ()):
-                        touch(path, True)
-                elif action.kind == SHELL:
-                    for path in action.paths:
-                        touch(path, True)
-                    if action.path:
-                        touch(action.path, False)
-                items = action.open_items()
-                if items is not None:
-                    open_items = items
-                if action.kind == SHELL and action.command and action.command.strip():
-                    commands.append(CommandRecord(action.command.strip()))
-                    call = calls[position] if position < len(calls) else None
-                    if isinstance(call, dict) and isinstance(call.get("id"), str):
-                        pending_commands[call["id"]] = len(commands) - 1
-                    else:
-                        last_text_command = len(commands) - 1
-            continue
-        observation = (
-            kind == "user"
-            and text_agent
-            and index > 0
-            and role(messages[index - 1]) == "assistant"
-            and not messages[index - 1].get("tool_calls")
-        )
-        if kind != "tool" and not observation:
-            continue  # the user's own words are instructions, never tool output
-        text = message_text(message)
-        slot = pending_commands.pop(result_id(message) or "", None) if kind == "tool" else None
-        if slot is None and observation:
-            slot, last_text_command = last_text_command, None
-        code = exit_code(text) if text else None
-        if slot is not None and code is not None:
-            commands[slot] = CommandRecord(commands[slot].command, code)
-        for line in text.splitlines():
-            if len(errors) < MAX_ITEMS and _ERROR_LINE.match(line) and line.strip() not in errors:
-                errors.append(line.strip()[:300])
-            summary = _TEST_SUMMARY.search(line)
-            if summary and ("passed" in line or "failed" in line or "error" in line):
-                tests.append(line.strip(" =")[:200])
+        builder.read(index, index in kept)
     return Ledger(
         goal=goal,
         task_kept=task_kept,
-        files=tuple(files.values()),
-        commands=tuple(commands),
-        errors=tuple(errors),
-        test_summaries=tuple(tests),
-        open_items=open_items,
+        files=tuple(builder.files.values()),
+        commands=tuple(builder.commands),
+        errors=tuple(builder.errors),
+        test_summaries=tuple(builder.tests),
+        open_items=builder.open_items,
         messages_seen=max(0, end - start),
+        edits=tuple(builder.edits),
+        user_words=tuple(builder.user_words),
     )
+
+
+# A shell command that writes a file is listed under Commands; saved only when longer.
+_SHELL_SHOWN_CHARS = 200
+
+
+class _Builder:
+    """What ``build_ledger`` collects while it reads the messages in order."""
+
+    def __init__(self, messages: Sequence[Message], artifacts: dict[str, tuple[str, str]] | None) -> None:
+        self.messages = messages
+        conversation = parse(messages)
+        self.text_agent = conversation.text_actions
+        self.first_user = conversation.first_user
+        # The user's own turns (never a text action's observation), as the conversation model reads them.
+        self.user_turns = {s.start for s in conversation.steps if s.kind == "user"}
+        self.artifacts = artifacts
+        self.files: dict[str, FileRecord] = {}
+        self.commands: list[CommandRecord] = []
+        self.errors: list[str] = []
+        self.tests: list[str] = []
+        self.open_items: tuple[str, ...] = ()
+        self.edits: list[EditRecord] = []
+        self.user_words: list[UserWords] = []
+        self.pending_commands: dict[str, int] = {}
+        self.last_text_command: int | None = None
+        self.open_file: str | None = None  # SWE-agent's edits name no path: the open file's
+
+    def touch(self, path: str, edit: bool) -> None:
+        old = self.files.get(path, FileRecord(path))
+        self.files[path] = FileRecord(path, old.views + (not edit), old.edits + edit)
+
+    def read(self, index: int, kept: bool) -> None:
+        message = self.messages[index]
+        kind = role(message)
+        if kind == "assistant":
+            self.assistant(message)
+            return
+        previous = self.messages[index - 1] if index > 0 else None
+        observation = (
+            kind == "user"
+            and self.text_agent
+            and role(previous) == "assistant"
+            and not (previous or {}).get("tool_calls")
+        )
+        if kind == "user" and not observation:
+            # The user's own words are instructions, never tool output: kept verbatim.
+            if index in self.user_turns and index > self.first_user >= 0 and not is_harness_preamble(message):
+                self.user_words.append(UserWords(message_text(message), kept=kept))
+            return
+        if kind == "tool" or observation:
+            self.output(message, kind == "tool")
+
+    def assistant(self, message: Message) -> None:
+        raw_calls = message.get("tool_calls")
+        calls: list[Any] = raw_calls if isinstance(raw_calls, list) else []
+        self.last_text_command = None
+        for position, action in enumerate(actions_of(message)):
+            if action.kind in (EDIT, WRITE, READ) and action.path:
+                self.touch(action.path, action.kind != READ)
+            elif action.kind == PATCH:
+                for path in action.paths or ((action.path,) if action.path else ()):
+                    self.touch(path, True)
+            elif action.kind == SHELL:
+                for path in action.paths:
+                    self.touch(path, True)
+                if action.path:
+                    self.touch(action.path, False)
+            if self.artifacts is not None:
+                self.edit(action)
+            if action.tool in ("open", "create") and action.path:
+                self.open_file = action.path
+            items = action.open_items()
+            if items is not None:
+                self.open_items = items
+            if action.kind == SHELL and action.command and action.command.strip():
+                self.commands.append(CommandRecord(action.command.strip()))
+                call = calls[position] if position < len(calls) else None
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    self.pending_commands[call["id"]] = len(self.commands) - 1
+                else:
+                    self.last_text_command = len(self.commands) - 1
+
+    def edit(self, action: Action) -> None:
+        """An edit, listed under each file it writes, its content saved under its handle."""
+        artifact = edit_artifact(action)
+        if artifact is None or self.artifacts is None:
+            return
+        paths = artifact.paths
+        if not paths and action.kind == SHELL:
+            return  # a script in a heredoc (``python - <<EOF``) edits no file
+        if not paths:
+            # SWE-agent's ``edit 3:5 ... end_of_edit`` edits the open file.
+            paths = (self.open_file or "(file unknown)",)
+            self.touch(paths[0], True)
+        handle = artifact.handle
+        if artifact.label == "shell" and len(action.command or "") <= _SHELL_SHOWN_CHARS:
+            handle = ""  # listed whole under Commands
+        else:
+            self.artifacts[handle] = (artifact.text, artifact.description())
+        self.edits += [EditRecord(path, artifact.label, handle, artifact.size) for path in paths]
+
+    def output(self, message: Message, native: bool) -> None:
+        text = message_text(message)
+        slot = self.pending_commands.pop(result_id(message) or "", None) if native else None
+        if slot is None and not native:
+            slot, self.last_text_command = self.last_text_command, None
+        code = exit_code(text) if text else None
+        if slot is not None and code is not None:
+            self.commands[slot] = CommandRecord(self.commands[slot].command, code)
+        opened = _OPEN_FILE.findall(text[-2000:]) if "(Open file: " in text else []
+        if opened:
+            self.open_file = opened[-1]
+        for line in text.splitlines():
+            if len(self.errors) < MAX_ITEMS and _ERROR_LINE.match(line) and line.strip() not in self.errors:
+                self.errors.append(line.strip()[:300])
+            summary = _TEST_SUMMARY.search(line)
+            if summary and ("passed" in line or "failed" in line or "error" in line):
+                self.tests.append(line.strip(" =")[:200])

@@ -132,6 +132,9 @@ class Context:
     injected_tokens: int = 0
     # The policy summarizes: the token safeguard folds steps into the summary, not drop them.
     summarizes: bool = False
+    # Edits are artifacts (the offload stage's ``offload_arguments``): a summary saves every
+    # edit it covers under a handle and its ledger lists them by file.
+    edit_artifacts: bool = False
 
 
 def requested_answer_tokens(body: Mapping[str, Any]) -> int:
@@ -321,6 +324,7 @@ class Policy:
             answer_tokens=requested_answer_tokens(body),
             injected_tokens=injected_tokens,
             summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
+            edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
         )
         view = View(
             messages=list(messages),

@@ -9,6 +9,13 @@ exit code, first and last line), so the model knows what it can read back with
 - cleared outputs: older than the newest ``keep_recent`` outputs and longer than
   ``clear_min_chars`` (sre-agent's micro_compact, but recoverable).
 
+With ``offload_arguments``, edits are artifacts too: an assistant call (or text action) whose
+edit bodies (a created file's text, ``old_str``/``new_str``, an ``apply_patch`` body, a heredoc)
+hold at least ``min_argument_tokens`` tokens (default: ``min_tokens``) keeps its id, name and
+identifying fields, each body replaced by a placeholder naming the handle of the whole call
+(``policies/artifacts.py``); the ledger of a later summary lists every edit by file with the
+same handle. Smaller edits stay inline.
+
 The newest ``keep_recent_steps`` steps that produced output are never touched: the model is
 working on them.
 This stage only decides; the proxy stores every offloaded output before it sends a view
@@ -21,7 +28,8 @@ from typing import ClassVar
 
 import msgspec
 
-from policies.conversation import message_text, parse
+from policies.artifacts import offload_edits
+from policies.conversation import Message, message_text, parse, role
 from policies.facts import OffloadFact
 from policies.handles import is_placeholder, new_handle, placeholder_text
 from policies.pipeline import Context, Offload, View
@@ -34,10 +42,14 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     keep_recent: int | None = 5
     clear_min_chars: int = 500
     keep_recent_steps: int = 1
+    offload_arguments: bool = True
+    min_argument_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_tokens < 1 or self.clear_min_chars < 0 or self.keep_recent_steps < 0:
             raise ValueError("min_tokens must be >= 1, clear_min_chars and keep_recent_steps >= 0")
+        if self.min_argument_tokens is not None and self.min_argument_tokens < 1:
+            raise ValueError("min_argument_tokens must be >= 1 or null (then min_tokens)")
         if self.keep_recent is not None and self.keep_recent < 0:
             raise ValueError("keep_recent must be >= 0 or null")
 
@@ -82,9 +94,45 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             placeholders[ctx.digests.at(source, view.original[source])] = placeholder
             replaced[index] = placeholder
             offloaded += 1
-        if offloaded:
+        # The final step is what the model answers now: its calls stay as they are.
+        final = conversation.steps[-1].start if conversation.steps else len(messages)
+        edits = self._offload_edits(view, ctx, replaced, placeholders, min(protected_from, final), pinned)
+        if offloaded or edits:
             view.replace_messages(replaced, self.name, origin=list(view.origin))
             view.remember_replacements(placeholders)
-            view.facts.offload = OffloadFact(outputs=offloaded, handles=tuple(view.offloads))
+            view.facts.offload = OffloadFact(outputs=offloaded, handles=tuple(view.offloads), edits=edits)
             view.decided = True
         return view
+
+    def _offload_edits(
+        self,
+        view: View,
+        ctx: Context,
+        replaced: list[Message],
+        placeholders: dict[str, Message],
+        protected_from: int,
+        pinned: set[int],
+    ) -> int:
+        """Large edit bodies of assistant messages -> placeholders (in ``replaced``); the
+        number of edits offloaded."""
+        if not self.offload_arguments:
+            return 0
+        minimum = self.min_argument_tokens or self.min_tokens
+        count = 0
+        for index, message in enumerate(view.messages[:protected_from]):
+            source = view.origin[index]
+            # A message already replaced (by an earlier decision) is never offloaded again.
+            if role(message) != "assistant" or source < 0 or index in pinned:
+                continue
+            if message is not view.original[source]:
+                continue
+            done = offload_edits(message, minimum, lambda text: ctx.counter.count_text(text, ctx.encoding))
+            if done is None:
+                continue
+            rewritten, artifacts = done
+            for art in artifacts:
+                view.offloads[art.handle] = Offload(art.handle, art.text, art.description())
+            placeholders[ctx.digests.at(source, view.original[source])] = rewritten
+            replaced[index] = rewritten
+            count += len(artifacts)
+        return count

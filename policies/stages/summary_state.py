@@ -2,8 +2,10 @@
 
 A new summary covers the previous summary plus the history newly covered, so a session is
 summarized in cycles; the state ledger is merged across cycles, so exact items survive any
-number of them. The checkpoint records the covered range of the client's messages and its
-digest, which ``apply_checkpoint`` verifies before reusing the summary on later requests.
+number of them (the user's words verbatim; when edits are artifacts, every covered edit, its
+content saved under the handle the ledger names). The checkpoint records the covered range of
+the client's messages and its digest, which ``apply_checkpoint`` verifies before reusing the
+summary on later requests.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from policies.conversation import Message
+from policies.conversation import Message, message_text
 from policies.facts import SummaryFact
 from policies.ledger import build_ledger
-from policies.pipeline import Checkpoint, Context, View
+from policies.pipeline import Checkpoint, Context, Offload, View
 from policies.stages.common import summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
 
@@ -75,9 +77,24 @@ async def compact_range(
         start_orig = old_end_orig = anchor
     end_orig = view.origin[cut] if cut < len(view.messages) else len(view.original)
     keep = sorted({*previous.pinned, *(pinned or set())} & set(range(start_orig, end_orig)))
-    ledger = build_ledger(view.original, old_end_orig, end_orig, goal=goal, task_kept=task_kept)
+    # Edits are artifacts: each covered edit's content is saved, and the ledger names it.
+    artifacts: dict[str, tuple[str, str]] | None = {} if ctx.edit_artifacts else None
+    ledger = build_ledger(
+        view.original,
+        old_end_orig,
+        end_orig,
+        goal=goal,
+        task_kept=task_kept,
+        kept=keep,
+        artifacts=artifacts,
+    )
     if previous.ledger is not None:
         ledger = previous.ledger.merge(ledger)
+    ledger = ledger.with_kept({message_text(view.original[i]) for i in keep})
+    saved = {**(artifacts or {}), **{h: (t, "user message") for h, t in ledger.saved_texts().items()}}
+    for handle, (content, description) in saved.items():
+        if handle not in view.offloads and handle not in previous.handles:
+            view.offloads[handle] = Offload(handle=handle, content=content, description=description)
     handles = [*previous.handles, *view.offloads]
     ledger = ledger.with_handles(handles)
     previous_text = previous.summary.get("content") if previous.summary else None

@@ -74,6 +74,10 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         protected.update(i for i, m in enumerate(messages) if message_text(m).startswith(SUMMARY_HEADER))
         # Pinned steps are never dropped (nor summarized): they may still be cut to an excerpt.
         protected.update(ctx.pins.pinned_steps(messages))
+        # Nor are the messages a summary keeps verbatim after it (an earlier last user message):
+        # dropped, they would be lost, and the steps after them could not be folded.
+        kept = set(view.checkpoint.pinned)
+        protected.update(i for i, o in enumerate(view.origin) if o in kept)
         final = conversation.steps[-1] if conversation.steps else None
         drop: set[int] = set()
         for step in conversation.steps:

@@ -1,8 +1,10 @@
 """Hypothesis strategies for chat histories: turns, parallel tool calls, text-only agents,
-content as parts, retries, and an optional in-flight final exchange."""
+content as parts, retries, edits with large arguments (files created, replaced strings, patches,
+heredocs, as calls and as text actions), and an optional in-flight final exchange."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import strategies as st
@@ -27,6 +29,53 @@ def content(draw: st.DrawFn, max_words: int = 300) -> Any:
 
 
 @st.composite
+def body(draw: st.DrawFn) -> str:
+    """A file's text: up to about 2,500 tokens, cheap to draw."""
+    word = draw(WORDS).strip()
+    return "\n".join(f"{word}_{i} = value({i})" for i in range(draw(st.integers(0, 600))))
+
+
+@st.composite
+def edit_arguments(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """(tool, arguments) of an edit in one agent's schema."""
+    text = draw(body())
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        return "str_replace_editor", {"command": "create", "path": "/repo/new.py", "file_text": text}
+    if kind == 1:
+        return "str_replace_editor", {
+            "command": "str_replace",
+            "path": "/repo/a.py",
+            "old_str": "x",
+            "new_str": text,
+        }
+    if kind == 2:
+        return "Write", {"file_path": "/w/a.py", "content": text}
+    if kind == 3:
+        return "MultiEdit", {
+            "file_path": "/w/a.py",
+            "edits": [{"old_string": text, "new_string": text + "\n#"}],
+        }
+    if kind == 4:
+        patch = "*** Begin Patch\n*** Add File: b.py\n" + "\n".join(f"+{line}" for line in text.splitlines())
+        return "apply_patch", {"input": patch + "\n*** End Patch"}
+    return "execute_bash", {"command": f"cat > gen.py <<'EOF'\n{text}\nEOF\npython gen.py"}
+
+
+def edit_function(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"name": tool, "arguments": json.dumps(arguments)}
+
+
+@st.composite
+def text_edit(draw: st.DrawFn) -> str:
+    text = draw(body())
+    return (
+        "<function=str_replace_editor>\n<parameter=command>create</parameter>\n"
+        f"<parameter=path>/testbed/x.py</parameter>\n<parameter=file_text>\n{text}\n</parameter>\n</function>"
+    )
+
+
+@st.composite
 def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
     counter = iter(range(10_000))
     messages: list[dict[str, Any]] = [{"role": "system", "content": draw(text(50))}]
@@ -35,30 +84,33 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": draw(content(80))})
         for _ in range(draw(st.integers(0, 12))):
             if text_agent:
-                messages.append({"role": "assistant", "content": "```bash\nls\n```"})
+                action = draw(text_edit()) if draw(st.integers(0, 3)) == 0 else "```bash\nls\n```"
+                messages.append({"role": "assistant", "content": action})
                 messages.append({"role": "user", "content": draw(content(600))})
                 continue
             if draw(st.integers(0, 4)) == 0:
                 messages.append({"role": "assistant", "content": draw(text(40))})
                 continue
             ids = [f"call_{next(counter)}" for _ in range(draw(st.integers(1, 3)))]
+            functions = [
+                edit_function(*draw(edit_arguments()))
+                if draw(st.integers(0, 3)) == 0
+                else {"name": "execute_bash", "arguments": '{"command": "ls"}'}
+                for _ in ids
+            ]
             messages.append(
                 {
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {
-                            "id": i,
-                            "type": "function",
-                            "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'},
-                        }
-                        for i in ids
+                        {"id": i, "type": "function", "function": function}
+                        for i, function in zip(ids, functions, strict=True)
                     ],
                 }
             )
             results = [
-                {"role": "tool", "tool_call_id": i, "name": "execute_bash", "content": draw(content(600))}
-                for i in ids
+                {"role": "tool", "tool_call_id": i, "name": f["name"], "content": draw(content(600))}
+                for i, f in zip(ids, functions, strict=True)
             ]
             messages.extend(draw(st.permutations(results)))
     if draw(st.booleans()) and not text_agent:

@@ -1,0 +1,103 @@
+"""Two sections of the state ledger that keep what a summary must never paraphrase: the
+agent's edits (by file, in order, each with the handle its content is saved under) and the
+user's own words after the task (verbatim, in order).
+
+The user's words are kept verbatim as long as they fit ``USER_WORDS_CHARS`` (newest first: a
+later correction overrides an earlier one); a message longer than ``LONG_USER_CHARS`` (about
+1,500 tokens), or an older one past the budget, is shown by its head and the handle its whole
+text is saved under, so nothing the user said is ever only paraphrased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from policies.handles import mention, new_handle
+
+LONG_USER_CHARS = 6000
+USER_WORDS_CHARS = 12000
+_HEAD_CHARS = 300
+# Edits shown per file: the first ones and the newest ones (the count says how many in all).
+EDITS_SHOWN_FIRST = 3
+EDITS_SHOWN_LAST = 12
+
+
+class EditRecord(msgspec.Struct, frozen=True):
+    path: str
+    label: str  # create, str_replace, Write, apply_patch, heredoc, shell...
+    handle: str = ""  # "" when nothing was saved (a shell command listed under Commands)
+    chars: int = 0
+
+
+class UserWords(msgspec.Struct, frozen=True):
+    text: str
+    # The view keeps this message verbatim right after the summary (the last user message).
+    kept: bool = False
+
+
+def _size(chars: int) -> str:
+    return f"{chars} chars" if chars < 1000 else f"{chars / 1000:.1f} KB"
+
+
+def render_edits(edits: Sequence[EditRecord], path: str) -> str:
+    """One file's edits in order: ``create 3.2 KB handle=out_..., str_replace 210 chars ...``."""
+    mine = list(enumerate(e for e in edits if e.path == path))
+    if len(mine) > EDITS_SHOWN_FIRST + EDITS_SHOWN_LAST:
+        mine = [*mine[:EDITS_SHOWN_FIRST], *mine[-EDITS_SHOWN_LAST:]]
+    parts: list[str] = []
+    previous = -1
+    for position, edit in mine:
+        if position != previous + 1:
+            parts.append(f"({position - previous - 1} more)")
+        saved = f" {_size(edit.chars)} {mention(edit.handle)}" if edit.handle else ""
+        parts.append(f"{edit.label}{saved}")
+        previous = position
+    return ", ".join(parts)
+
+
+def _flat(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def user_words_layout(words: Sequence[UserWords]) -> list[bool]:
+    """For each entry, whether it is shown verbatim (else by its head and handle)."""
+    verbatim = [False] * len(words)
+    budget = USER_WORDS_CHARS
+    for position in range(len(words) - 1, -1, -1):
+        entry = words[position]
+        if entry.kept:
+            continue
+        if len(entry.text) <= LONG_USER_CHARS and len(entry.text) <= budget:
+            verbatim[position] = True
+            budget -= len(entry.text)
+    return verbatim
+
+
+def render_user_words(words: Sequence[UserWords]) -> list[str]:
+    if not words:
+        return []
+    lines = ["### User instructions (verbatim, in order)"]
+    for number, (entry, verbatim) in enumerate(zip(words, user_words_layout(words), strict=True), 1):
+        if entry.kept:
+            lines.append(f"[{number}] (kept verbatim right after this summary) {_flat(entry.text, 120)}")
+        elif verbatim:
+            lines.append(f"[{number}] {entry.text}")
+        else:
+            handle = new_handle(entry.text)
+            lines.append(
+                f"[{number}] (long: {len(entry.text)} chars, saved as {mention(handle)}; read it with "
+                f"read_tool_output) {_flat(entry.text, _HEAD_CHARS)}"
+            )
+    return lines
+
+
+def saved_user_words(words: Sequence[UserWords]) -> dict[str, str]:
+    """Handle -> text of every entry the ledger shows by handle (the proxy must store them)."""
+    return {
+        new_handle(entry.text): entry.text
+        for entry, verbatim in zip(words, user_words_layout(words), strict=True)
+        if not verbatim and not entry.kept
+    }
