@@ -1,7 +1,8 @@
-"""``compaction-proxy replay ...``: download, run, rescore, report, demo.
+"""``compaction-proxy replay ...``: download, run, merge, rescore, report, demo.
 
-Exit codes of ``run``/``demo``: 0 all good; 1 protocol violations or failed requests;
-3 a gated arm failed the release gate; 2 bad arguments or configuration.
+Exit codes of ``run``/``demo``/``merge``: 0 all good; 1 protocol violations, failed requests
+or a failed worker; 3 a gated arm failed the release gate; 2 bad arguments, configuration, or
+run directories that cannot be merged; 130 stopped (SIGINT or SIGTERM; saved parts are kept).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import httpx
 import orjson
 
 from replay.answers import exact_check, judge_answer
+from replay.cli_tools import add_tool_commands, inject_command, tune_command
 from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
+from replay.cost_figures import refresh_per_successful_answer
 from replay.download import add_download_arguments, run_download_command
 from replay.gate import evaluate_gate
 from replay.report import console_table, report_html, summary_markdown
@@ -35,7 +38,31 @@ def add_replay_commands(subparsers: Any) -> None:
     run = commands.add_parser("run", help="replay cases through every arm and report")
     run.add_argument("--input", required=True, type=Path, help="trajectories as JSON lines (row shape)")
     run.add_argument("--out", required=True, type=Path, help="run directory (resumed if it exists)")
+    run.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="replay only the K-th of N slices of the cases (usable case i, counted in input order "
+        "after --limit, is in slice i mod N + 1: the same slice on every machine); the run "
+        "directory holds that slice's parts and a manifest; combine the slices with `replay merge` "
+        "(a slice's own results skip the release gate)",
+    )
     _run_options(run)
+
+    merge = commands.add_parser(
+        "merge",
+        help="combine the run directories of --shard runs into one run",
+        description="Check that the runs' manifests agree (input SHA-256, --limit, arms, replay "
+        "settings, policies, proxy configuration) and that their shards are disjoint, link or copy "
+        "their parts into --out, and write results.json, summary.md and report.html as one run "
+        "over all of them would. Missing shards give a warning and results of the shards present.",
+    )
+    merge.add_argument("--out", required=True, type=Path, help="the merged run directory")
+    merge.add_argument(
+        "runs", nargs="+", type=Path, metavar="DIR", help="run directories of replay run --shard"
+    )
+    merge.add_argument(
+        "--input", type=Path, help="the input file, where it is not at the path the manifests name"
+    )
 
     demo = commands.add_parser("demo", help="the bundled handful of trajectories through all arms, offline")
     demo.add_argument("--out", type=Path, default=Path("replay-demo"), help="run directory")
@@ -57,6 +84,7 @@ def add_replay_commands(subparsers: Any) -> None:
         "download", help="download rows of the pinned dataset revision (resumable)"
     )
     add_download_arguments(download)
+    add_tool_commands(commands)
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +108,16 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         choices=["chat", "responses", "anthropic"],
         help="the door the steps go through (default chat)",
     )
-    parser.add_argument("--concurrency", type=int, help="cases replayed at once")
+    parser.add_argument("--concurrency", type=int, help="cases replayed at once (per worker with --jobs)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replay in N worker processes, each with its own recorded upstream and proxy (config, "
+        "log and state in DIR/worker-<n>/); every (arm, case) is replayed whole by one worker, so "
+        "the results are those of --jobs 1; not with --proxy-url (default 1)",
+    )
     parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")
     parser.add_argument("--answer-url", help="answering model endpoint (OpenAI-compatible base URL)")
     parser.add_argument("--answer-model", help="answering model name")
@@ -103,12 +140,18 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         if command in ("run", "demo"):
             return _run(args, demo=command == "demo")
+        if command == "merge":
+            return _merge(args)
         if command == "rescore":
             return _rescore(args)
         if command == "report":
             return _report(args.run_dir)
         if command == "download":
             return _download(args)
+        if command == "inject":
+            return inject_command(args)
+        if command == "tune":
+            return tune_command(args)
     except ReplayConfigError as error:
         print(f"replay: {error}", file=sys.stderr)
         return 2
@@ -122,7 +165,8 @@ def demo_input(name: str = "demo.jsonl") -> Path:
 def _run(args: argparse.Namespace, demo: bool) -> int:
     import os
 
-    from replay.run import RunOptions, run_replay
+    from replay.run import RunOptions, WorkerFailed, run_replay
+    from replay.shards import Shard
 
     overrides: dict[str, Any] = {
         "arms": tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else None,
@@ -151,6 +195,11 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
         overrides["repeats"] = args.repeats or 1
     config = load_replay_config(args.replay_config, overrides)
     admin_token = os.environ.get(args.admin_token_env) if args.admin_token_env else None
+    try:
+        shard = Shard.parse(args.shard) if getattr(args, "shard", None) else None
+    except ValueError as error:
+        print(f"replay: {error}", file=sys.stderr)
+        return 2
     options = RunOptions(
         input=demo_input("model-demo.jsonl" if model_demo else "demo.jsonl") if demo else args.input,
         out=args.out,
@@ -161,6 +210,8 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
         progress=not args.no_progress,
         admin_token=admin_token,
         upstream_port=args.upstream_port,
+        jobs=args.jobs,
+        shard=shard,
     )
     if not options.input.exists():
         print(f"replay: no such input file: {options.input}", file=sys.stderr)
@@ -170,13 +221,28 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
     except ValueError as error:
         print(f"replay: {error}", file=sys.stderr)
         return 2
+    except WorkerFailed as error:
+        print(f"replay: {error}\n(the parts saved so far are kept: run again to resume)", file=sys.stderr)
+        return 1
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print("replay: stopped (the parts saved so far are kept: run again to resume)", file=sys.stderr)
+        return 130
+    results = results_of_run(config, raw, options.input)
+    if shard is not None and not shard.complete:
+        results["run"]["shard"] = shard.label
+        return _finish(results, options.out, config, with_gate=False)
+    return _finish(results, options.out, config)
+
+
+def results_of_run(config: ReplayConfig, raw: dict[str, Any], input_path: Path) -> dict[str, Any]:
+    """``results.json`` of a run (``run_replay``'s raw parts) or of a merge of runs."""
     results = build_results(
         config,
         raw["loaded"],
         raw["parts"],
         policy_specs=raw["policy_specs"],
         seconds=raw["seconds"],
-        input_path=options.input,
+        input_path=input_path,
         proxy=raw["proxy_url"],
     )
     # Requests the recorded upstream could not match to a replay step (a proxy rewriting
@@ -184,11 +250,31 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
     results["run"]["unexpected_upstream_requests"] = raw["unexpected_upstream_requests"]
     if config.answer_model is not None:
         asyncio.run(grade(results, config.judge_model))
-    return _finish(results, options.out, config)
+    return results
 
 
-def _finish(results: dict[str, Any], out: Path, config: ReplayConfig | None) -> int:
-    gate_config = config.gate if config is not None else None
+def _merge(args: argparse.Namespace) -> int:
+    from replay.merge import MergeError, merge_runs
+    from replay.shards import ManifestError
+
+    try:
+        merged = merge_runs(args.runs, args.out, input_path=args.input)
+    except (MergeError, ManifestError) as error:
+        print(f"replay merge: {error}", file=sys.stderr)
+        return 2
+    for warning in merged.warnings:
+        print(f"replay merge: warning: {warning}", file=sys.stderr)
+    results = results_of_run(merged.config, merged.raw, merged.input_path)
+    if not merged.shard.complete:
+        results["run"]["shard"] = merged.shard.label
+        return _finish(results, args.out, merged.config, with_gate=False)
+    return _finish(results, args.out, merged.config)
+
+
+def _finish(results: dict[str, Any], out: Path, config: ReplayConfig | None, with_gate: bool = True) -> int:
+    """Write the results and the reports; the exit code. ``with_gate``: evaluate the release gate
+    (not on the results of some shards only)."""
+    gate_config = config.gate if config is not None and with_gate else None
     if gate_config is not None:
         results["gate"] = evaluate_gate(gate_config, results["arms"])
     out.mkdir(parents=True, exist_ok=True)
@@ -238,6 +324,7 @@ async def grade(results: dict[str, Any], judge: ModelEndpoint | None) -> None:
         if accuracy:
             figures["accuracy"] = accuracy
     results["run"]["judge_model"] = judge.model if judge is not None else None
+    refresh_per_successful_answer(results)
 
 
 def _rescore(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""The replay harness's settings: arms, window, models, and the release gate.
+"""The replay harness's settings: arms, window, models, prices, and the release gate.
 
 Read from a YAML file (``replay run --replay-config FILE``; every key optional) and validated
 before anything starts: a wrong key or type stops the run with a message naming it.
@@ -7,12 +7,15 @@ The gate is declared here, before the run (seed 003: "declare the gate before ru
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import yaml
+
+from replay.questions.question import ALL_KINDS
 
 DEFAULT_ARMS = (
     "full",
@@ -66,6 +69,74 @@ class Gate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_accuracy_drop: float | None = None
 
 
+def _ratio(name: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ReplayConfigError(f"{name}: a price ratio is a finite number of at least 0, not {value}")
+
+
+class ModelPrices(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A model's prices as ratios to its own full input price (``replay.cost``)."""
+
+    # A prompt token read from the provider's prompt cache.
+    cached_input: float
+    # A prompt token written to the cache (Anthropic: 1.25 for the 5-minute TTL; OpenAI: 1).
+    cache_write: float = 1.0
+    # An output token (answering models' answers and read rounds).
+    output: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("cached_input", "cache_write", "output"):
+            _ratio(name, getattr(self, name))
+
+
+def _model_prices() -> dict[str, ModelPrices]:
+    return {
+        "gpt-5*": ModelPrices(cached_input=0.1, output=8.0),
+        "gpt-4.1*": ModelPrices(cached_input=0.25),
+        "o3*": ModelPrices(cached_input=0.25),
+        "o4-mini*": ModelPrices(cached_input=0.25),
+        "gpt-4o*": ModelPrices(cached_input=0.5),
+        "claude-*": ModelPrices(cached_input=0.1, cache_write=1.25, output=5.0),
+    }
+
+
+class Prices(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The price table of the effective cost, in full-price input tokens of the run's model:
+    the first ``models`` glob matching ``model`` wins, else the cache rule's provider."""
+
+    openai: ModelPrices = msgspec.field(default_factory=lambda: ModelPrices(cached_input=0.5))
+    anthropic: ModelPrices = msgspec.field(
+        default_factory=lambda: ModelPrices(cached_input=0.1, cache_write=1.25, output=5.0)
+    )
+    models: dict[str, ModelPrices] = msgspec.field(default_factory=_model_prices)
+    # The summarizer model's input and output tokens (relative to the run model's input).
+    summarizer_input: float = 1.0
+    summarizer_output: float = 4.0
+
+    def __post_init__(self) -> None:
+        _ratio("summarizer_input", self.summarizer_input)
+        _ratio("summarizer_output", self.summarizer_output)
+        if any(not pattern.strip() for pattern in self.models):
+            raise ReplayConfigError("prices.models: a model pattern may not be empty")
+
+
+class CacheSimulation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The provider prompt cache simulated per (arm, case) session (``replay.cost``)."""
+
+    # openai: longest common prefix with a recent request (1,024 tokens on, 128-token steps);
+    # anthropic: up to cache_control breakpoints; none; auto: anthropic for the Messages door,
+    # else openai.
+    rule: Literal["auto", "openai", "anthropic", "none"] = "auto"
+    # A cached prefix lives for the next N requests of its session (the replay has no clock).
+    horizon: int = 16
+    # anthropic: the client marks its last message (as Claude Code and the SDKs' agents do).
+    client_breakpoint: bool = True
+
+    def __post_init__(self) -> None:
+        if self.horizon < 1:
+            raise ReplayConfigError("cache.horizon: at least 1 request")
+
+
 class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     arms: tuple[str, ...] = DEFAULT_ARMS
     # enforce: each step is sent in enforce mode: the recorded upstream receives the arm's view,
@@ -82,7 +153,9 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     context_window: int | None = None
     # The model name sent in requests (selects the tokenizer and, unless forced, the window).
     model: str = "gpt-4o"
-    kinds: tuple[str, ...] = ("files_changed", "first_edit", "command_output", "error")
+    # The evidence kinds, then the state-contract kinds (asked where a user turn states such a
+    # fact: injected runs, `replay inject`; omitted, at no cost, where none does).
+    kinds: tuple[str, ...] = ALL_KINDS
     # Cases replayed at once.
     concurrency: int = 4
     # Model arms: who answers the questions and who judges (null: deterministic metrics only).
@@ -95,6 +168,9 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     noise_floor: bool = True
     # Most turns an answer may take (tool calls answered with the sandbox-shutdown reply).
     max_answer_turns: int = 4
+    # The effective cost: the simulated prompt cache and the price table (``replay.cost``).
+    cache: CacheSimulation = msgspec.field(default_factory=CacheSimulation)
+    prices: Prices = msgspec.field(default_factory=Prices)
     gate: Gate | None = None
 
     def __post_init__(self) -> None:
@@ -104,7 +180,7 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ReplayConfigError("concurrency, repeats and max_answer_turns must be at least 1")
         if self.context_window is not None and self.context_window < 1024:
             raise ReplayConfigError("context_window: at least 1024 tokens")
-        unknown = set(self.kinds) - {"files_changed", "first_edit", "command_output", "error"}
+        unknown = set(self.kinds) - set(ALL_KINDS)
         if unknown:
             raise ReplayConfigError(f"kinds: unknown question kinds {sorted(unknown)}")
 

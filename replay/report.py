@@ -10,6 +10,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from replay.report_cost import COST_HEADER, cost_cells, cost_note, per_success_table
+from replay.report_drift import DRIFT_NOTE, drift_rows, failing_examples_html
 from replay.results import survival_share
 
 KIND_LABELS = {
@@ -17,6 +19,11 @@ KIND_LABELS = {
     "first_edit": "first edit",
     "command_output": "command output",
     "error": "error",
+    "constraint": "constraint",
+    "correction": "correction",
+    "deferred_instruction": "deferred instruction",
+    "approval": "approval",
+    "decision": "decision",
 }
 COLORS = [
     "#1f77b4",
@@ -60,6 +67,7 @@ def main_table(results: dict[str, Any]) -> list[list[str]]:
         "tokens before (mean)",
         "tokens after (mean / p95 / peak)",
         "reduction",
+        *COST_HEADER,
         "compactions",
         "summaries",
         "prefix stable",
@@ -76,6 +84,7 @@ def main_table(results: dict[str, Any]) -> list[list[str]]:
                 f"{arm['tokens_after_mean']:,.0f} / {arm['tokens_after_p95']:,}"
                 f" / {arm['tokens_after_peak']:,}",
                 f"{arm['reduction']:.1%}",
+                *cost_cells(arm),
                 str(arm["compaction_events"]),
                 str(arm["summarizer_calls"]),
                 _share(arm["prefix_stability"]),
@@ -133,6 +142,9 @@ def summary_markdown(results: dict[str, Any]) -> str:
         "",
         _markdown(main_table(results)),
     ]
+    note = cost_note(results)
+    if note:
+        lines += ["", note]
     accuracy = accuracy_table(results)
     if accuracy:
         lines += [
@@ -144,6 +156,12 @@ def summary_markdown(results: dict[str, Any]) -> str:
             "",
             _markdown(accuracy),
         ]
+    per_success = per_success_table(results)
+    if per_success:
+        lines += ["", "## Cost per successful answer", "", _markdown(per_success)]
+    drift = drift_rows(results)
+    if drift:
+        lines += ["", "## State contract by compaction cycles", "", DRIFT_NOTE, "", _markdown(drift)]
     if cases["rejected"]:
         lines += ["", "## Rejected cases", ""]
         lines += [f"- {reason}: {count}" for reason, count in sorted(cases["rejected"].items())]
@@ -325,6 +343,7 @@ def report_html(results: dict[str, Any]) -> str:
         "<h1>Replay report</h1>",
         f"<p>{markdown_notes}</p>",
         _html_table(main_table(results)),
+        f"<p>{html.escape(cost_note(results))}</p>",
         "<h2>Context tokens per request (the sawtooth)</h2>",
         *[f"<div>{c}</div>" for c in charts],
         "<h2>Evidence survival by question kind</h2>",
@@ -335,6 +354,19 @@ def report_html(results: dict[str, Any]) -> str:
     accuracy = accuracy_table(results)
     if accuracy:
         sections += ["<h2>Answer accuracy</h2>", _html_table(accuracy)]
+    per_success = per_success_table(results)
+    if per_success:
+        sections += ["<h2>Cost per successful answer</h2>", _html_table(per_success)]
+    drift = drift_rows(results)
+    if drift:
+        sections += [
+            "<h2>State contract by compaction cycles</h2>",
+            f"<p>{html.escape(DRIFT_NOTE)}</p>",
+            _html_table(drift),
+        ]
+        examples = failing_examples_html(results)
+        if examples:
+            sections += ["<h2>Failing examples (one lost fact per arm and kind)</h2>", examples]
     lost = [q for q in results["questions"] if q.get("survival") == "lost"]
     if lost:
         rows = [["arm", "question", "missing evidence"]]

@@ -15,6 +15,16 @@ Schema (version 1; every count is an integer):
   extends the previous view unchanged (what a provider's prompt cache needs; null when no
   pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
   range, for the deterministic check and the judge.
+  ``cost`` (``replay.cost_figures``; null in shadow mode, or when a part holds no request
+  shapes): ``{requests, prompt_tokens, cached_tokens, uncached_tokens, cache_write_tokens,
+  cache_hit_share, summarizer_tokens: {input, output}, read_round_tokens: {requests, input,
+  cached, output}, effective_input_tokens, effective_input_tokens_mean, effective_vs_full}``
+  over the steps (and their read rounds) of every case, prompt caching simulated per case
+  session; effective figures are in full-price input tokens, ``_mean`` per case, ``_vs_full``
+  the ratio to the full arm's. With model arms also ``answering: {requests, prompt_tokens,
+  cached_tokens, output_tokens, effective_input_tokens}`` and, once graded
+  (``refresh_per_successful_answer``), ``per_successful_answer: {runs, graded, correct,
+  effective_input_tokens}``. ``run.cost`` names the rule, horizon and rates, or what is missing.
 - ``cases``: ``{used, rejected: {REASON: count}, rejected_rows, questions_omitted:
   {KIND: {REASON: count}}}``.
 - ``questions``: one entry per question and arm: ``question_id, case_id, kind, arm, prompt,
@@ -39,7 +49,9 @@ from typing import Any
 import orjson
 
 from replay.config import ReplayConfig, config_builtins
-from replay.questions import Question
+from replay.cost_figures import CostModel, compare_to_full, cost_figures, cost_model, cost_run_note
+from replay.questions import STATE_KINDS, Question
+from replay.questions.drift import drift_table, failing_examples
 from replay.run import CasePart, Loaded
 from replay.survival import SURVIVAL_STATES, merge_counts
 
@@ -119,7 +131,12 @@ def accuracy_of(entries: Iterable[dict[str, Any]], label: str) -> dict[str, Any]
     return {"exact": summarize(per_repeat), "judge": summarize(judged) if judged else None}
 
 
-def arm_figures(arm: str, parts: Sequence[CasePart], questions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def arm_figures(
+    arm: str,
+    parts: Sequence[CasePart],
+    questions: Sequence[dict[str, Any]],
+    cost: CostModel | None = None,
+) -> dict[str, Any]:
     before = [t for p in parts for t in p.tokens_before]
     after = [t for p in parts for t in p.tokens_after]
     stable = [s for p in parts for s in p.stable if s is not None]
@@ -157,7 +174,15 @@ def arm_figures(arm: str, parts: Sequence[CasePart], questions: Sequence[dict[st
         "survival_all": merge_counts(survival.values()),
         "cases": len(parts),
         "seconds": round(sum(p.seconds for p in parts), 1),
+        "cost": cost_figures(cost, parts),
     }
+    state = [q for q in questions if q["kind"] in STATE_KINDS]
+    if state:
+        # Multi-cycle drift: survival of the state-contract facts by the number of compaction
+        # cycles that passed over them, corrections shown stale, one failing example per kind.
+        figures["drift"] = drift_table(state)
+        figures["stale_presented"] = sum(1 for q in state if q.get("stale_presented"))
+        figures["failing_examples"] = failing_examples(state)
     labels = [arm, "full_repeat"] if arm == "full" else [arm]
     for label in labels:
         accuracy = accuracy_of(questions, label)
@@ -214,9 +239,11 @@ def build_results(
 ) -> dict[str, Any]:
     questions = question_entries(loaded, parts, config.arms)
     arms = {}
+    model = cost_model(config) if config.mode == "enforce" else None
     for arm in config.arms:
         arm_parts = [parts[(arm, c.case_id)] for c in loaded.cases if (arm, c.case_id) in parts]
-        arms[arm] = arm_figures(arm, arm_parts, [q for q in questions if q["arm"] == arm])
+        arms[arm] = arm_figures(arm, arm_parts, [q for q in questions if q["arm"] == arm], model)
+    compare_to_full(arms)
     rejected: dict[str, int] = {}
     for item in loaded.rejected:
         rejected[item.reason] = rejected.get(item.reason, 0) + 1
@@ -237,6 +264,7 @@ def build_results(
                 else f"model {config.summarizer_model.model}"
             ),
             "answer_model": config.answer_model.model if config.answer_model else None,
+            "cost": cost_run_note(model, arms),
             "judge_model": config.judge_model.model if config.judge_model else None,
             "proxy": proxy,
             "versions": {

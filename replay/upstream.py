@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +25,19 @@ import orjson
 from aiohttp import web
 
 from policies.conversation import Message, parse
+from policies.tokens import REPLY_PRIMING, TokenCounter
+from proxy.dialects.anthropic import neutral_tools as anthropic_neutral_tools
+from proxy.dialects.anthropic_messages import SYSTEM, Origin, read_messages
+from proxy.dialects.responses import neutral_tools as responses_neutral_tools
 from replay.config import ModelEndpoint
+from replay.cost import SessionLog
 from replay.doors import anthropic_message, chat_request, neutral_messages, response_object, tool_names
 
 TICKET_HEADER = "X-Replay-Ticket"
+SESSION_HEADER = "x-session-id"
+# Session logs kept at most (the oldest dropped first): a replayer takes each one when its
+# case is done, so only sessions in flight are held.
+MAX_SESSIONS = 256
 
 
 def message_digest(message: Any) -> bytes:
@@ -42,6 +53,44 @@ class Received:
     digests: tuple[bytes, ...]
     problems: tuple[str, ...]
     tool_names: tuple[str, ...]
+    tokens: tuple[int, ...] = ()  # per message, as counted for the cost simulation
+
+
+def request_kind(ticket: Ticket) -> str:
+    """What a request is, for ``replay.cost``: asked before the request joins the ticket."""
+    if ticket.keep_messages:
+        return "question"
+    kind = "answer" if ticket.reply is None else "step"
+    return kind + "_read" if ticket.received else kind
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
+
+
+def anthropic_breakpoints(body: dict[str, Any], origins: Sequence[Origin]) -> list[int]:
+    """The blocks (0: the tools, 1 + i: neutral message i) of a Messages body that carry a
+    ``cache_control`` breakpoint; a top-level one (automatic caching) marks the last block."""
+    marks: list[int] = []
+    if any(_marked(tool) for tool in body.get("tools") or []):
+        marks.append(0)
+    system = body.get("system")
+    if isinstance(system, list) and any(_marked(b) for b in system):
+        marks += [1 + i for i, o in enumerate(origins) if o.message == SYSTEM][:1]
+    wire = body.get("messages")
+    for index, message in enumerate(wire if isinstance(wire, list) else []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for position, block in enumerate(content if isinstance(content, list) else []):
+            inner = block.get("content") if isinstance(block, dict) else None
+            if not (_marked(block) or (isinstance(inner, list) and any(_marked(b) for b in inner))):
+                continue
+            owners = [i for i, o in enumerate(origins) if o.message == index]
+            exact = [i for i in owners if position in origins[i].blocks]
+            if exact or owners:
+                marks.append(1 + (exact or owners)[-1])
+    if body.get("cache_control") is not None:
+        marks.append(len(origins))
+    return marks
 
 
 @dataclass(slots=True)
@@ -65,6 +114,8 @@ class RecordedUpstream:
         self._http: httpx.AsyncClient | None = None
         self.port = 0
         self.unexpected = 0
+        self.counter = TokenCounter()
+        self.sessions: OrderedDict[str, SessionLog] = OrderedDict()
 
     @property
     def base_url(self) -> str:
@@ -77,6 +128,36 @@ class RecordedUpstream:
 
     def close_ticket(self, name: str) -> Ticket:
         return self.tickets.pop(name)
+
+    def take_session(self, session: str) -> list[dict[str, Any]]:
+        """The shapes of every request of ``session`` so far, as JSON (``replay.cost``), and
+        the log forgotten."""
+        log = self.sessions.pop(session, None)
+        return log.to_json() if log is not None else []
+
+    def _log(self, session: str) -> SessionLog:
+        log = self.sessions.get(session)
+        if log is None:
+            log = self.sessions[session] = SessionLog()
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+        self.sessions.move_to_end(session)
+        return log
+
+    def _blocks(
+        self, dialect: str, body: dict[str, Any], digests: Sequence[bytes], tokens: Sequence[int]
+    ) -> list[tuple[bytes, int]]:
+        """The tool schemas (with the model: a cache is per model) and each message, as blocks."""
+        raw = body.get("tools")
+        tools: list[Any] = raw if isinstance(raw, list) else []
+        neutral = tools
+        if dialect == "anthropic":
+            neutral = anthropic_neutral_tools(tools)
+        elif dialect == "responses":
+            neutral = responses_neutral_tools(tools)
+        encoding = self.counter.encoding_for(body.get("model"))
+        head = (message_digest([body.get("model"), tools]), self.counter.count_tools(neutral, encoding))
+        return [head, *zip(digests, tokens, strict=True)]
 
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1 << 30)
@@ -125,20 +206,40 @@ class RecordedUpstream:
                 status=400,
             )
         body = orjson.loads(raw)
-        messages = neutral_messages(dialect, body)
+        breakpoints: list[int] = []
+        if dialect == "anthropic":
+            read = read_messages(body)
+            messages = read.messages
+            breakpoints = anthropic_breakpoints(body, read.origins)
+        else:
+            messages = neutral_messages(dialect, body)
+        kind = request_kind(ticket)
+        digests = tuple(message_digest(m) for m in messages)
+        tokens = self.counter.count_messages(messages, self.counter.encoding_for(body.get("model")))
         ticket.received.append(
             Received(
                 messages=messages if ticket.keep_messages else None,
                 message_count=len(messages),
-                digests=tuple(message_digest(m) for m in messages),
+                digests=digests,
                 problems=parse(messages).problems,
                 tool_names=tool_names(dialect, body),
+                tokens=tokens,
             )
         )
+        session = request.headers.get(SESSION_HEADER)
+        blocks = self._blocks(dialect, body, digests, tokens)
         if ticket.reply is None and ticket.forward is not None:
+            output = ticket.completion_tokens
             if dialect != "chat":
-                return await self._forward_converted(dialect, body, ticket, ticket.forward)
-            return await self._forward(body, ticket, ticket.forward)
+                response = await self._forward_converted(dialect, body, ticket, ticket.forward)
+            else:
+                response = await self._forward(body, ticket, ticket.forward)
+            if session:
+                output = ticket.completion_tokens - output
+                self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING, output)
+            return response
+        if session:
+            self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING)
         reply = dict(ticket.reply or {"role": "assistant", "content": ""})
         reply["role"] = "assistant"
         reply.setdefault("content", None)

@@ -17,38 +17,80 @@ Four kinds, one module each:
   execution.
 - ``error``: the first exception line seen in a tool output or observation.
 
+Five state-contract kinds (seed 003), asked only when a user turn after the task states one
+in a recognised form (the injection suite inserts such turns; real runs rarely have them):
+
+- ``constraint``, ``correction``, ``deferred_instruction``, ``approval``, ``decision``: the
+  exact fact of the statement (``state_contract``); a correction also names the value it
+  superseded, which must not be presented as current.
+
 ``question`` holds the record they build, ``recording`` the readers of the recorded run they
-share. Pure and deterministic: no I/O.
+share, ``drift`` the compaction cycles that passed over a question's evidence. Pure and
+deterministic: no I/O. ``KINDS`` are asked by default; ``ALL_KINDS`` can be asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from replay.cases import Case
+from replay.questions.approval import approval_question
 from replay.questions.command_output import command_output_question
+from replay.questions.constraint import constraint_question
+from replay.questions.correction import correction_question
+from replay.questions.decision import decision_question
+from replay.questions.deferred_instruction import deferred_instruction_question
+from replay.questions.drift import (
+    CYCLE_BUCKETS,
+    cycles_bucket,
+    cycles_over,
+    drift_table,
+    failing_examples,
+    lost_snippet,
+    question_cycles,
+)
 from replay.questions.error import error_question
 from replay.questions.files_changed import files_changed_question, patch_paths
 from replay.questions.first_edit import first_edit_question
-from replay.questions.question import ARGUMENTS, CONTENT, KINDS, Question
+from replay.questions.question import ALL_KINDS, ARGUMENTS, CONTENT, KINDS, STATE_KINDS, Question
 from replay.questions.recording import history_texts, recorded_actions, repo_root, strings_in
+from replay.questions.state_contract import instruction_turns, stale_presented
 
 __all__ = [
+    "ALL_KINDS",
     "ARGUMENTS",
     "CONTENT",
+    "CYCLE_BUCKETS",
     "KINDS",
+    "STATE_KINDS",
     "Question",
     "build_questions",
+    "cycles_bucket",
+    "cycles_over",
+    "drift_table",
+    "failing_examples",
     "history_texts",
+    "lost_snippet",
     "patch_paths",
+    "question_cycles",
     "repo_root",
+    "stale_presented",
     "strings_in",
 ]
+
+# Each builds its kind from the user's turns after the task (computed once per case).
+STATE_BUILDERS: dict[str, Callable[[Case, Sequence[tuple[int, str]] | None], Question | str]] = {
+    "constraint": constraint_question,
+    "correction": correction_question,
+    "deferred_instruction": deferred_instruction_question,
+    "approval": approval_question,
+    "decision": decision_question,
+}
 
 
 def build_questions(case: Case, kinds: Sequence[str] = KINDS) -> tuple[list[Question], dict[str, str]]:
     """Questions for one case, and for each kind omitted the reason (for the report)."""
-    unknown = [kind for kind in kinds if kind not in KINDS]
+    unknown = [kind for kind in kinds if kind not in ALL_KINDS]
     if unknown:
         raise ValueError(f"unknown question kinds: {unknown}")
     texts = history_texts(case)
@@ -74,4 +116,13 @@ def build_questions(case: Case, kinds: Sequence[str] = KINDS) -> tuple[list[Ques
             omitted[kind] = built
         else:
             questions.append(built)
+    if any(kind in STATE_KINDS for kind in kinds):
+        turns = instruction_turns(case)
+        for kind in STATE_KINDS:
+            if kind in kinds:
+                state = STATE_BUILDERS[kind](case, turns)
+                if isinstance(state, str):
+                    omitted[kind] = state
+                else:
+                    questions.append(state)
     return questions, omitted

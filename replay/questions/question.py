@@ -1,14 +1,21 @@
 """What a question is: the record every kind builds, and the rules for quoting evidence.
 
 Shared by every kind's module (``files_changed``, ``first_edit``, ``command_output``,
-``error``) so that each quotes a line the same way and marks where its evidence sits.
+``error``, and the state-contract kinds) so that each quotes a line the same way and marks
+where its evidence sits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The kinds asked by default: what any recorded run can be asked about.
 KINDS = ("files_changed", "first_edit", "command_output", "error")
+# Seed 003's state contract: what the user set (constraints, corrections, deferred
+# instructions, approvals, decisions). Real runs rarely state them, so these are asked where a
+# user turn states one in a recognised form, which the injection suite (replay.injection) adds.
+STATE_KINDS = ("constraint", "correction", "deferred_instruction", "approval", "decision")
+ALL_KINDS = (*KINDS, *STATE_KINDS)
 
 # Where an evidence string sits: a message's content (tool result, observation, assistant
 # text with text actions) or the parsed argument values of a native tool call.
@@ -23,7 +30,7 @@ LONG_LINE_PREFIX = 120
 @dataclass(frozen=True, slots=True)
 class Question:
     question_id: str  # f"{case_id}:{kind}" (unique per case)
-    kind: str  # files_changed | first_edit | command_output | error
+    kind: str  # one of ALL_KINDS
     prompt: str  # the user message appended to the final history
     reference: str  # the reference answer (human-readable)
     evidence: tuple[str, ...]  # verbatim strings the answer depends on
@@ -32,6 +39,9 @@ class Question:
     # Per evidence string: CONTENT (a message's content) or ARGUMENTS (parsed values of a
     # native tool call's arguments).
     evidence_in: tuple[str, ...] = ()
+    # Superseded values (a correction's earlier wrong one): presented without the evidence,
+    # the view states something stale as current (``replay.questions.stale_presented``).
+    stale: tuple[str, ...] = ()
 
 
 def evidence_line(line: str) -> str:
