@@ -28,8 +28,10 @@ from policies.conversation import Message, is_harness_preamble, message_text, pa
 from policies.handles import mention
 from policies.ledger_records import (
     EditRecord,
+    TranscriptRecord,
     UserWords,
     render_edits,
+    render_transcripts,
     render_user_words,
     saved_user_words,
 )
@@ -76,6 +78,8 @@ class Ledger(msgspec.Struct, frozen=True):
     edits: tuple[EditRecord, ...] = ()
     # The user's messages after the task, verbatim, in order.
     user_words: tuple[UserWords, ...] = ()
+    # With transcripts: where each summary's replaced messages are saved verbatim, oldest first.
+    transcripts: tuple[TranscriptRecord, ...] = ()
 
     def merge(self, newer: Ledger) -> Ledger:
         """This ledger followed by what ``newer`` saw later (a later compaction cycle)."""
@@ -99,10 +103,14 @@ class Ledger(msgspec.Struct, frozen=True):
             messages_seen=self.messages_seen + newer.messages_seen,
             edits=self.edits + newer.edits,
             user_words=self.user_words + newer.user_words,
+            transcripts=self.transcripts + newer.transcripts,
         )
 
     def with_handles(self, handles: Iterable[str]) -> Ledger:
         return msgspec.structs.replace(self, handles=_unique((*self.handles, *handles)))
+
+    def with_transcript(self, record: TranscriptRecord) -> Ledger:
+        return msgspec.structs.replace(self, transcripts=(*self.transcripts, record))
 
     def with_kept(self, texts: Collection[str]) -> Ledger:
         """The user's words the view now keeps verbatim after the summary are shown there, not
@@ -160,7 +168,9 @@ class Ledger(msgspec.Struct, frozen=True):
         if self.open_items:
             lines.append("### Open items")
             lines += [f"- {t}" for t in self.open_items]
-        named = {e.handle for e in self.edits} | set(self.saved_texts())
+        named = (
+            {e.handle for e in self.edits} | set(self.saved_texts()) | {t.handle for t in self.transcripts}
+        )
         handles = [h for h in self.handles if h not in named]
         if handles:
             lines.append("### Saved outputs (read with read_tool_output)")
@@ -168,6 +178,7 @@ class Ledger(msgspec.Struct, frozen=True):
             if len(handles) > len(shown_handles):
                 lines.append(f"- ... {len(handles) - len(shown_handles)} earlier saved outputs")
             lines += [f"- {mention(h)}" for h in shown_handles]
+        lines += render_transcripts(self.transcripts)
         return "\n".join(lines)
 
 

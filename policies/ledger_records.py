@@ -1,6 +1,7 @@
-"""Two sections of the state ledger that keep what a summary must never paraphrase: the
-agent's edits (by file, in order, each with the handle its content is saved under) and the
-user's own words after the task (verbatim, in order).
+"""Sections of the state ledger that keep what a summary must never paraphrase: the agent's
+edits (by file, in order, each with the handle its content is saved under), the user's own
+words after the task (verbatim, in order), and, with transcripts, the handles under which the
+messages each summary replaced are saved verbatim (``policies/transcript.py``), oldest first.
 
 The user's words are kept verbatim as long as they fit ``USER_WORDS_CHARS`` (newest first: a
 later correction overrides an earlier one); a message longer than ``LONG_USER_CHARS`` (about
@@ -22,6 +23,10 @@ _HEAD_CHARS = 300
 # Edits shown per file: the first ones and the newest ones (the count says how many in all).
 EDITS_SHOWN_FIRST = 3
 EDITS_SHOWN_LAST = 12
+# Transcripts listed: the oldest ones and the newest ones (each transcript names the one
+# before it, so the ones between stay reachable too).
+TRANSCRIPTS_SHOWN_FIRST = 10
+TRANSCRIPTS_SHOWN_LAST = 90
 
 
 class EditRecord(msgspec.Struct, frozen=True):
@@ -31,13 +36,24 @@ class EditRecord(msgspec.Struct, frozen=True):
     chars: int = 0
 
 
+class TranscriptRecord(msgspec.Struct, frozen=True):
+    """A transcript: client messages ``first``..``last`` (inclusive), saved under ``handle``."""
+
+    handle: str
+    first: int
+    last: int
+    messages: int
+    steps: int
+    chars: int
+
+
 class UserWords(msgspec.Struct, frozen=True):
     text: str
     # The view keeps this message verbatim right after the summary (the last user message).
     kept: bool = False
 
 
-def _size(chars: int) -> str:
+def size_text(chars: int) -> str:
     return f"{chars} chars" if chars < 1000 else f"{chars / 1000:.1f} KB"
 
 
@@ -51,7 +67,7 @@ def render_edits(edits: Sequence[EditRecord], path: str) -> str:
     for position, edit in mine:
         if position != previous + 1:
             parts.append(f"({position - previous - 1} more)")
-        saved = f" {_size(edit.chars)} {mention(edit.handle)}" if edit.handle else ""
+        saved = f" {size_text(edit.chars)} {mention(edit.handle)}" if edit.handle else ""
         parts.append(f"{edit.label}{saved}")
         previous = position
     return ", ".join(parts)
@@ -101,3 +117,21 @@ def saved_user_words(words: Sequence[UserWords]) -> dict[str, str]:
         for entry, verbatim in zip(words, user_words_layout(words), strict=True)
         if not verbatim and not entry.kept
     }
+
+
+def render_transcripts(records: Sequence[TranscriptRecord]) -> list[str]:
+    """The transcripts, oldest first, each by the client messages it holds and its handle."""
+    if not records:
+        return []
+    lines = [
+        "### Transcripts: the summarized messages, verbatim, oldest first (read_tool_output: "
+        "pattern= to search, start_line/num_lines to page)"
+    ]
+    hidden = max(0, len(records) - TRANSCRIPTS_SHOWN_FIRST - TRANSCRIPTS_SHOWN_LAST)
+    for position, record in enumerate(records):
+        if TRANSCRIPTS_SHOWN_FIRST <= position < TRANSCRIPTS_SHOWN_FIRST + hidden:
+            if position == TRANSCRIPTS_SHOWN_FIRST:
+                lines.append(f"- ... {hidden} more (each transcript names the one before it)")
+            continue
+        lines.append(f"- messages {record.first}-{record.last}: {mention(record.handle)}")
+    return lines

@@ -22,10 +22,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from policies.conversation import OPAQUE_ROLE, Message, message_text, parse, role, system_prefix_end
+from policies.conversation import Message, parse, system_prefix_end
 from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.ledger import Ledger
+from policies.pins import Pins
 from policies.summarizer import Summarizer
 from policies.tokens import REPLY_PRIMING, TokenCounter
 
@@ -74,46 +75,6 @@ class Checkpoint:
     recent_compactions: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Pins:
-    """Messages no stage may clear, offload, collapse or summarize away: results of the
-    named tools (with their calls), and messages whose text matches one of the patterns."""
-
-    tools: frozenset[str] = frozenset()
-    patterns: tuple[re.Pattern[str], ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.tools or self.patterns)
-
-    def pinned_steps(self, messages: Sequence[Message]) -> set[int]:
-        """Indices of every message in a step that holds a pinned message (items a dialect
-        keeps as sent, ``OPAQUE_ROLE``, are always pinned)."""
-        opaque = any(role(m) == OPAQUE_ROLE for m in messages)
-        if not self and not opaque:
-            return set()
-        conversation = parse(messages)
-        pinned: set[int] = set()
-        for step in conversation.steps:
-            for index in range(step.start, step.end):
-                message = messages[index]
-                if opaque and role(message) == OPAQUE_ROLE:
-                    pinned.update(range(step.start, step.end))
-                    break
-                if not self:
-                    continue
-                tool = message.get("name") if role(message) == "tool" else None
-                names = {
-                    c["function"].get("name")
-                    for c in message.get("tool_calls") or []
-                    if isinstance(c, dict) and isinstance(c.get("function"), dict)
-                }
-                text = message_text(message)
-                if (tool in self.tools) or (names & self.tools) or any(p.search(text) for p in self.patterns):
-                    pinned.update(range(step.start, step.end))
-                    break
-        return pinned
-
-
 @dataclass(slots=True)
 class Context:
     """Everything a stage may consult besides the view itself."""
@@ -135,6 +96,9 @@ class Context:
     # Edits are artifacts (the offload stage's ``offload_arguments``): a summary saves every
     # edit it covers under a handle and its ledger lists them by file.
     edit_artifacts: bool = False
+    # Transcripts (a summarizing stage's ``save_transcript``): every summary of the policy saves
+    # the messages it replaces, verbatim, under one handle its ledger names.
+    transcripts: bool = False
 
 
 def requested_answer_tokens(body: Mapping[str, Any]) -> int:
@@ -325,6 +289,7 @@ class Policy:
             injected_tokens=injected_tokens,
             summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
             edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
+            transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
         )
         view = View(
             messages=list(messages),

@@ -238,10 +238,12 @@ def _default_policies() -> dict[str, PolicySettings]:
     )
     # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
     trigger = {"trigger": {"high": 0.8}}
-    message_cut = {
-        "summarize": {"target": 0.5, "retained_tail": 0.2, "step_aware": False, "prompt": "hybrid_v2"}
-    }
-    step_cut = {"summarize": {"target": 0.5, "retained_tail": 0.2, "step_aware": True, "prompt": "hybrid_v2"}}
+    # The ablation arms keep one mechanism per step: transcripts (on by default) come with `improved`.
+    cut = {"target": 0.5, "retained_tail": 0.2, "prompt": "hybrid_v2"}
+    message_cut = {"summarize": {**cut, "step_aware": False, "save_transcript": False}}
+    step_cut = {"summarize": {**cut, "step_aware": True, "save_transcript": False}}
+    # `improved` saves what each summary replaces, verbatim (one transcript per compaction).
+    transcript_cut = {"summarize": {**cut, "step_aware": True}}
     offload = {
         "offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}
     }
@@ -253,8 +255,8 @@ def _default_policies() -> dict[str, PolicySettings]:
         "improved_retry": ("+ settled-retry collapse.", [trigger, retry, offload, step_cut]),
         "improved": (
             "Every improvement: retry collapse, offloading, step-aware cut with a retained tail, "
-            "summary plus state ledger, verify guidance.",
-            [trigger, retry, offload, step_cut, {"verify_guidance": {}}],
+            "summary plus state ledger, transcripts of what each summary replaces, verify guidance.",
+            [trigger, retry, offload, transcript_cut, {"verify_guidance": {}}],
         ),
     }
     for name, (description, stages) in ablation.items():

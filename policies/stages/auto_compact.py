@@ -4,7 +4,8 @@ When the estimated context exceeds ``trigger`` x the model's window, everything 
 last user message (after the system prompt) is replaced by one summary; the last user
 message and what follows it stay verbatim. In coding-agent traffic the last user message is
 usually the task itself, so there is nothing before it to summarize: this stage then never
-fires, faithfully. ``improved`` cuts between steps instead.
+fires, faithfully. ``improved`` cuts between steps instead. ``save_transcript`` (off, as
+shipped) saves the messages each summary replaces verbatim under a handle the summary names.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: ClassVar[str] = "auto_compact"
     trigger: float = 0.8
     prompt: str = "sre"
+    save_transcript: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.trigger <= 1:

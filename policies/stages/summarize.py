@@ -7,6 +7,11 @@ appended). The tail, the newest steps worth up to ``retained_tail`` x window tok
 verbatim, and the cut falls between whole steps (``step_aware``) or at a message boundary
 moved forward to the next protocol-safe point (the ablation's "message cuts"). The task,
 the first user message, stays verbatim before the summary (``keep_task``).
+
+With ``save_transcript``, every summary of the policy (this stage's, and the token
+safeguard's when it folds steps into the summary) saves the messages it replaces verbatim
+under one handle its ledger names (``policies/transcript.py``): what the summary folds away,
+a small tool output included, can be read back word for word.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     step_aware: bool = True
     keep_task: bool = True
     prompt: str = "hybrid_v2"
+    save_transcript: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1 or not 0 <= self.retained_tail < 1:

@@ -3,9 +3,10 @@
 A new summary covers the previous summary plus the history newly covered, so a session is
 summarized in cycles; the state ledger is merged across cycles, so exact items survive any
 number of them (the user's words verbatim; when edits are artifacts, every covered edit, its
-content saved under the handle the ledger names). The checkpoint records the covered range of
-the client's messages and its digest, which ``apply_checkpoint`` verifies before reusing the
-summary on later requests.
+content saved under the handle the ledger names; with transcripts, the messages each summary
+replaced, saved verbatim under one handle per compaction, every one listed in order). The
+checkpoint records the covered range of the client's messages and its digest, which
+``apply_checkpoint`` verifies before reusing the summary on later requests.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from policies.ledger import build_ledger
 from policies.pipeline import Checkpoint, Context, Offload, View
 from policies.stages.common import summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
+from policies.transcript import build_transcript
 
 # A session that compacted THRASH_LIMIT times within THRASH_REQUESTS requests is limited:
 # it keeps its current view (the token safeguard still applies) instead of summarizing again.
@@ -95,16 +97,26 @@ async def compact_range(
     for handle, (content, description) in saved.items():
         if handle not in view.offloads and handle not in previous.handles:
             view.offloads[handle] = Offload(handle=handle, content=content, description=description)
+    replaced = [
+        (m, o)
+        for m, o in zip(view.messages[new_from:cut], view.origin[new_from:cut], strict=True)
+        if o not in keep
+    ]
+    if ctx.transcripts:
+        # The messages this summary replaces, as the view had them, saved verbatim.
+        earlier = ledger.transcripts[-1].handle if ledger.transcripts else None
+        transcript = build_transcript([m for m, _ in replaced], [o for _, o in replaced], earlier)
+        if transcript is not None:
+            view.offloads[transcript.handle] = Offload(
+                transcript.handle, transcript.text, transcript.description()
+            )
+            ledger = ledger.with_transcript(transcript.record)
     handles = [*previous.handles, *view.offloads]
     ledger = ledger.with_handles(handles)
     previous_text = previous.summary.get("content") if previous.summary else None
     request = SummaryRequest(
         previous_summary=previous_text if isinstance(previous_text, str) else None,
-        messages=[
-            m
-            for m, o in zip(view.messages[new_from:cut], view.origin[new_from:cut], strict=True)
-            if o not in keep
-        ],
+        messages=[m for m, _ in replaced],
         ledger=ledger,
         prompt_family=family,
     )

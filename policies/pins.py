@@ -1,0 +1,50 @@
+"""Pins: messages no stage may clear, offload, collapse or summarize away (a policy's
+``pins``: the results of named tools with their calls, and messages matching a pattern)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.conversation import OPAQUE_ROLE, Message, message_text, parse, role
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """Messages no stage may clear, offload, collapse or summarize away: results of the
+    named tools (with their calls), and messages whose text matches one of the patterns."""
+
+    tools: frozenset[str] = frozenset()
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.tools or self.patterns)
+
+    def pinned_steps(self, messages: Sequence[Message]) -> set[int]:
+        """Indices of every message in a step that holds a pinned message (items a dialect
+        keeps as sent, ``OPAQUE_ROLE``, are always pinned)."""
+        opaque = any(role(m) == OPAQUE_ROLE for m in messages)
+        if not self and not opaque:
+            return set()
+        conversation = parse(messages)
+        pinned: set[int] = set()
+        for step in conversation.steps:
+            for index in range(step.start, step.end):
+                message = messages[index]
+                if opaque and role(message) == OPAQUE_ROLE:
+                    pinned.update(range(step.start, step.end))
+                    break
+                if not self:
+                    continue
+                tool = message.get("name") if role(message) == "tool" else None
+                names = {
+                    c["function"].get("name")
+                    for c in message.get("tool_calls") or []
+                    if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                }
+                text = message_text(message)
+                if (tool in self.tools) or (names & self.tools) or any(p.search(text) for p in self.patterns):
+                    pinned.update(range(step.start, step.end))
+                    break
+        return pinned
