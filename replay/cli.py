@@ -116,7 +116,9 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="replay in N worker processes, each with its own recorded upstream and proxy (config, "
         "log and state in DIR/worker-<n>/); every (arm, case) is replayed whole by one worker, so "
-        "the results are those of --jobs 1; not with --proxy-url (default 1)",
+        "the results are those of --jobs 1. Worth it with cores to spare: a --jobs 1 run already "
+        "keeps about 1.5 cores busy (its Python and its proxy), and each worker costs about 1.5 "
+        "CPU-seconds to start. Not with --proxy-url (default 1)",
     )
     parser.add_argument("--admin-token-env", help="env var holding the proxy's admin token (--proxy-url)")
     parser.add_argument("--answer-url", help="answering model endpoint (OpenAI-compatible base URL)")
