@@ -100,15 +100,51 @@ def free_port() -> int:
         return port
 
 
+class LoopbackServer:
+    """An aiohttp handler served on a free loopback port from its own thread and event loop,
+    so synchronous tests (and the real clients they drive) can talk to it."""
+
+    def __init__(self, handler: Any, name: str) -> None:
+        self.handler = handler
+        self.name = name
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    def start(self) -> int:
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application(client_max_size=1024**3)
+            app.router.add_route("*", "/{tail:.*}", self.handler)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            loop.run_until_complete(runner.setup())
+            self.port = free_port()
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+            self._started.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError(f"{self.name} did not start")
+        return self.port
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self.replies: collections.deque[Reply] = collections.deque()
         self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
         self.cancelled_streams = 0
 
     @property
@@ -199,32 +235,12 @@ class FakeUpstream:
         return response
 
     def start(self) -> FakeUpstream:
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application(client_max_size=1024**3)
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(self._runner.setup())
-            self.port = free_port()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-            loop.run_until_complete(site.start())
-            self._started.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="fake-upstream", daemon=True)
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("fake upstream did not start")
+        self._server = LoopbackServer(self._handle, "fake-upstream")
+        self.port = self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ from tests.agent_upstream import wire
 from tests.agent_upstream.protocol import Failure, context_length_error
 from tests.agent_upstream.records import Conversation
 from tests.agent_upstream.script import ScriptedModel
-from tests.fake_upstream import free_port
+from tests.fake_upstream import LoopbackServer
 
 
 class AgentUpstream(ScriptedModel):
@@ -26,10 +26,6 @@ class AgentUpstream(ScriptedModel):
         super().__init__(**options)
         self.port = 0
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -108,29 +104,9 @@ class AgentUpstream(ScriptedModel):
     def start(self) -> AgentUpstream:
         self.counter.warm_up()
 
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application(client_max_size=1024**3)
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(self._runner.setup())
-            self.port = free_port()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-            loop.run_until_complete(site.start())
-            self._started.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="agent-upstream", daemon=True)
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("agent upstream did not start")
+        self._server = LoopbackServer(self._handle, "agent-upstream")
+        self.port = self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()

@@ -32,7 +32,7 @@ from tests.anthropic_upstream.errors import (
 from tests.anthropic_upstream.protocol import Emitted
 from tests.anthropic_upstream.record import Recorder, Seen
 from tests.anthropic_upstream.tokens import MAX_BREAKPOINTS, ClaudeTokenizer, breakpoints, cache_usage
-from tests.fake_upstream import free_port
+from tests.fake_upstream import LoopbackServer
 
 
 def _numbers(value: int | Iterable[int] | None) -> frozenset[int]:
@@ -117,10 +117,6 @@ class AnthropicUpstream(Recorder):
         self.failures_injected = 0
         self.port = 0
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
 
     # ----- what tests read back -----
 
@@ -360,32 +356,12 @@ class AnthropicUpstream(Recorder):
     def start(self) -> AnthropicUpstream:
         self.tokenizer.warm_up()
 
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application(client_max_size=1024**3)
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(self._runner.setup())
-            self.port = free_port()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-            loop.run_until_complete(site.start())
-            self._started.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="anthropic-upstream", daemon=True)
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("anthropic upstream did not start")
+        self._server = LoopbackServer(self._handle, "anthropic-upstream")
+        self.port = self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
 
     def __enter__(self) -> AnthropicUpstream:
         return self.start()

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import free_port
+from tests.fake_upstream import LoopbackServer
 from tests.responses_upstream import wire
 from tests.responses_upstream.protocol import Failure, invalid_request
 from tests.responses_upstream.records import Conversation
@@ -28,10 +28,6 @@ class ResponsesUpstream(ScriptedReasoningModel):
         self.others: list[tuple[str, str, dict[str, str]]] = []  # (method, path, headers) of other routes
         self.port = 0
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -126,29 +122,9 @@ class ResponsesUpstream(ScriptedReasoningModel):
     def start(self) -> ResponsesUpstream:
         self.counter.warm_up()
 
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application(client_max_size=1024**3)
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(self._runner.setup())
-            self.port = free_port()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-            loop.run_until_complete(site.start())
-            self._started.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="responses-upstream", daemon=True)
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("responses upstream did not start")
+        self._server = LoopbackServer(self._handle, "responses-upstream")
+        self.port = self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
