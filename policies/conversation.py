@@ -111,25 +111,40 @@ def _is_observation(messages: Sequence[Message], index: int, text_actions: bool)
     return role(previous) == "assistant" and not tool_call_ids(previous)
 
 
-# How text-action agents write an action: a fenced command block (SWE-agent) or a
-# ``<function=...>`` block (SWE-agent with function-calling prompts, OpenHands' text mode).
-_TEXT_ACTION = re.compile(r"```|<function=")
+# How text-action agents write an action: a fenced command block (SWE-agent), a
+# ``<function=...>`` block (SWE-agent with function-calling prompts, OpenHands' text mode), or
+# smolagents' ToolCallingAgent, whose calls come back as assistant text ``Calling tools:\n[...]``.
+_TEXT_ACTION = re.compile(r"```|<function=|^Calling tools:", re.MULTILINE)
+# How such agents label what an action produced when they send it back as a user message:
+# smolagents (``Observation:``, ``Call id: call_1\nObservation:`` or ``...\nError:``),
+# SWE-agent's ``OBSERVATION:``, CodeAgent's ``Execution logs:``, and plain ``Tool result:``.
+OBSERVATION_LABEL = re.compile(
+    r"^\s*(?:Call id: *\S+\s*\n\s*)?(?:Observation|OBSERVATION|Execution logs|Tool (?:result|output|response)"
+    r"|Output)s?\s*:|^\s*Call id: *\S+\s*\n\s*Error\s*:"
+)
+
+
+def is_labelled_observation(message: Any) -> bool:
+    """A user message whose text starts with an observation label (``Observation:``...)."""
+    return role(message) == "user" and bool(OBSERVATION_LABEL.match(message_text(message)[:200]))
 
 
 def _uses_text_actions(messages: Sequence[Message]) -> bool:
     """Agents that write actions as text never send tool calls or tool results, write
-    actions in their messages, and answer their own actions with user messages
-    (observations). A plain multi-turn chat (no action blocks) is not such an agent."""
+    actions in their messages (or label what their actions produced), and answer their own
+    actions with user messages (observations). A plain multi-turn chat is not such an agent."""
     if any(role(m) == "tool" or tool_call_ids(m) for m in messages):
         return False
-    users_after_assistant = sum(
-        1
+    answers = [
+        i
         for i in range(1, len(messages))
         if role(messages[i]) == "user" and role(messages[i - 1]) == "assistant"
-    )
-    return users_after_assistant >= 2 and any(
-        role(m) == "assistant" and _TEXT_ACTION.search(message_text(m)) for m in messages
-    )
+    ]
+    if len(answers) < 2:
+        return False
+    if sum(1 for i in answers if is_labelled_observation(messages[i])) >= 2:
+        return True
+    return any(role(m) == "assistant" and _TEXT_ACTION.search(message_text(m)) for m in messages)
 
 
 _PREAMBLE = re.compile(r"^<([A-Za-z_][\w-]*)>.*</\1>$", re.DOTALL)

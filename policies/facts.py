@@ -20,6 +20,10 @@ class TriggerFact(_Fact, frozen=True):
     tokens: int
     threshold: int
     window: int
+    # The whole request (view, answer reserve, the read tool when handles are named) compared
+    # with the threshold, and the read room kept free under the window.
+    request_tokens: int = 0
+    read_room: int = 0
     # Why a request over the threshold did (or did not) compact in a thrashing session.
     limited: str | None = None
 
@@ -42,6 +46,13 @@ class SummarizeFact(_Fact, frozen=True):
     skipped: str | None = None
     retained_tail: float | None = None
     step_aware: bool | None = None
+    # The whole request after the compaction, and why it is above the low-water target when
+    # it is (what the view keeps whatever happens is larger than the target).
+    request_tokens: int = 0
+    target_tokens: int = 0
+    target_missed: str | None = None
+    # The parts that alone leave less than the read room free under the window.
+    no_read_room: str | None = None
 
 
 class AutoCompactFact(_Fact, frozen=True):

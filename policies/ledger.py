@@ -17,17 +17,28 @@ under.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action, actions_of
 from policies.artifacts import edit_artifact
-from policies.conversation import Message, is_harness_preamble, message_text, parse, result_id, role
+from policies.conversation import (
+    Message,
+    is_harness_preamble,
+    is_labelled_observation,
+    message_text,
+    parse,
+    result_id,
+    role,
+)
 from policies.handles import mention
 from policies.ledger_records import (
+    RENDER_LEVELS,
+    UNBOUNDED,
     EditRecord,
+    RenderLimits,
     TranscriptRecord,
     UserWords,
     render_edits,
@@ -37,6 +48,7 @@ from policies.ledger_records import (
 )
 from policies.shell_commands import exit_code
 
+LEDGER_HEADING = "## State ledger (exact, extracted from the history)"
 MAX_GOAL_CHARS = 6000
 MAX_ITEMS = 40
 # Saved outputs listed by handle (the newest); placeholders in the view name the others.
@@ -113,47 +125,54 @@ class Ledger(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, transcripts=(*self.transcripts, record))
 
     def with_kept(self, texts: Collection[str]) -> Ledger:
-        """The user's words the view now keeps verbatim after the summary are shown there, not
-        twice (a message summarized once can become the pinned last user message later)."""
-        if not any(w.text in texts and not w.kept for w in self.user_words):
+        """The user's words the view keeps verbatim after the summary are shown there, not twice
+        (a message summarized once can become the pinned last user message later); the others,
+        one kept by an earlier summary included, are shown in the ledger."""
+        if all(w.kept == (w.text in texts) for w in self.user_words):
             return self
-        words = tuple(UserWords(w.text, kept=w.kept or w.text in texts) for w in self.user_words)
+        words = tuple(UserWords(w.text, kept=w.text in texts) for w in self.user_words)
         return msgspec.structs.replace(self, user_words=words)
 
-    def saved_texts(self) -> dict[str, str]:
+    def saved_texts(self, limits: RenderLimits | None = None) -> dict[str, str]:
         """Handle -> text of what the ledger names by handle besides saved outputs and edits
-        (long user messages): stored by the proxy before a view names them."""
-        return saved_user_words(self.user_words)
+        (long user messages, at ``limits``): stored by the proxy before a view names them."""
+        return saved_user_words(self.user_words, (limits or RenderLimits()).user_chars)
 
-    def _file_lines(self) -> list[str]:
+    def _file_lines(self, limits: RenderLimits) -> list[str]:
         edited = {e.path for e in self.edits}
-        # Every file with a recorded edit is listed; of the others, the newest.
+        # Every file with a recorded edit is listed (the newest ones past the limit); of the
+        # others, the newest.
+        edited_shown = set(list(dict.fromkeys(e.path for e in self.edits))[-max(limits.items, 1) :])
         others = [f for f in self.files if f.path not in edited]
-        shown = {f.path for f in others[-max(0, MAX_ITEMS - len(edited)) :]} | edited
+        shown = {f.path for f in others[-max(0, limits.items - len(edited_shown)) :]} | edited_shown
         lines = []
         for record in self.files:
             if record.path not in shown:
                 continue
             line = f"- {record.path} (viewed {record.views}x, edited {record.edits}x)"
             if record.path in edited:
-                line += f"; edits in order: {render_edits(self.edits, record.path)}"
+                line += f"; edits in order: {render_edits(self.edits, record.path, limits)}"
             lines.append(line)
+        if len(shown) < len(self.files):
+            lines.append(f"- ... {len(self.files) - len(shown)} more files")
         return lines
 
-    def render(self) -> str:
-        """Markdown, stable for the same ledger (so the summary message is byte-stable)."""
-        lines = ["## State ledger (exact, extracted from the history)"]
+    def render(self, limits: RenderLimits | None = None) -> str:
+        """Markdown, stable for the same ledger and limits (so the summary is byte-stable)."""
+        limits = limits or RenderLimits()
+        items = limits.items
+        lines = [LEDGER_HEADING]
         if self.goal and self.task_kept:
             lines += ["### Goal", "The task: the first user message, kept verbatim above this summary."]
         elif self.goal:
             lines += ["### Goal (first user message, verbatim)", self.goal]
-        lines += render_user_words(self.user_words)
+        lines += render_user_words(self.user_words, limits.user_chars)
         if self.files:
             lines.append("### Files")
-            lines += self._file_lines()
+            lines += self._file_lines(limits)
         if self.commands:
             lines.append("### Commands run (exit code)")
-            shown = self.commands[-MAX_ITEMS:]
+            shown = self.commands[-items:]
             if len(self.commands) > len(shown):
                 lines.append(f"- ... {len(self.commands) - len(shown)} earlier commands")
             lines += [
@@ -161,25 +180,45 @@ class Ledger(msgspec.Struct, frozen=True):
             ]
         if self.errors:
             lines.append("### First error lines")
-            lines += [f"- {e}" for e in self.errors[:MAX_ITEMS]]
+            lines += [f"- {e}" for e in self.errors[:items]]
+            if len(self.errors) > items:
+                lines.append(f"- ... {len(self.errors) - items} more")
         if self.test_summaries:
             lines.append("### Test summaries (in order)")
-            lines += [f"- {t}" for t in self.test_summaries[-MAX_ITEMS:]]
+            if len(self.test_summaries) > items:
+                lines.append(f"- ... {len(self.test_summaries) - items} earlier")
+            lines += [f"- {t}" for t in self.test_summaries[-items:]]
         if self.open_items:
             lines.append("### Open items")
-            lines += [f"- {t}" for t in self.open_items]
+            lines += [f"- {t}" for t in self.open_items[:items]]
         named = (
-            {e.handle for e in self.edits} | set(self.saved_texts()) | {t.handle for t in self.transcripts}
+            {e.handle for e in self.edits}
+            | set(self.saved_texts(limits))
+            | set(self.saved_texts())
+            | {t.handle for t in self.transcripts}
         )
         handles = [h for h in self.handles if h not in named]
         if handles:
             lines.append("### Saved outputs (read with read_tool_output)")
-            shown_handles = handles[-MAX_HANDLES:]
+            shown_handles = handles[-limits.handles :]
             if len(handles) > len(shown_handles):
                 lines.append(f"- ... {len(handles) - len(shown_handles)} earlier saved outputs")
             lines += [f"- {mention(h)}" for h in shown_handles]
-        lines += render_transcripts(self.transcripts)
+        lines += render_transcripts(self.transcripts, limits)
         return "\n".join(lines)
+
+    def render_within(self, fits: Callable[[str], bool]) -> tuple[str, RenderLimits, str | None]:
+        """The fullest rendering that ``fits`` (else the smallest), its limits, and, when a
+        list had to be cut, the complete rendering (which the caller saves under a handle)."""
+        first = self.render()
+        if fits(first):
+            return first, RENDER_LEVELS[0], None
+        complete = self.render(UNBOUNDED)
+        for limits in RENDER_LEVELS[1:]:
+            text = self.render(limits)
+            if fits(text):
+                return text, limits, complete
+        return text, RENDER_LEVELS[-1], complete
 
 
 def _unique(items: Sequence[str]) -> tuple[str, ...]:
@@ -274,9 +313,9 @@ class _Builder:
         previous = self.messages[index - 1] if index > 0 else None
         observation = (
             kind == "user"
-            and self.text_agent
             and role(previous) == "assistant"
             and not (previous or {}).get("tool_calls")
+            and (self.text_agent or is_labelled_observation(message))
         )
         if kind == "user" and not observation:
             # The user's own words are instructions, never tool output: kept verbatim.

@@ -29,6 +29,32 @@ TRANSCRIPTS_SHOWN_FIRST = 10
 TRANSCRIPTS_SHOWN_LAST = 90
 
 
+class RenderLimits(msgspec.Struct, frozen=True):
+    """How much of each list a rendered ledger shows (the rest is counted, and the complete
+    ledger is saved under a handle when any list is cut)."""
+
+    items: int = 40
+    handles: int = 100
+    user_chars: int = USER_WORDS_CHARS
+    edits_first: int = EDITS_SHOWN_FIRST
+    edits_last: int = EDITS_SHOWN_LAST
+    transcripts_first: int = TRANSCRIPTS_SHOWN_FIRST
+    transcripts_last: int = TRANSCRIPTS_SHOWN_LAST
+
+
+# Every item of every list (the complete ledger, saved under a handle when the shown one is cut).
+UNBOUNDED = RenderLimits(10**9, 10**9, 10**12, 10**9, 10**9, 10**9, 10**9)
+# From the complete ledger to the smallest: a ledger held to a token budget takes the first
+# level that fits.
+RENDER_LEVELS = (
+    RenderLimits(),
+    RenderLimits(20, 30, 6000, 2, 6, 3, 20),
+    RenderLimits(10, 12, 3000, 1, 3, 1, 8),
+    RenderLimits(5, 6, 1500, 1, 2, 1, 4),
+    RenderLimits(2, 3, 600, 1, 1, 1, 2),
+)
+
+
 class EditRecord(msgspec.Struct, frozen=True):
     path: str
     label: str  # create, str_replace, Write, apply_patch, heredoc, shell...
@@ -57,11 +83,13 @@ def size_text(chars: int) -> str:
     return f"{chars} chars" if chars < 1000 else f"{chars / 1000:.1f} KB"
 
 
-def render_edits(edits: Sequence[EditRecord], path: str) -> str:
+def render_edits(edits: Sequence[EditRecord], path: str, limits: RenderLimits | None = None) -> str:
     """One file's edits in order: ``create 3.2 KB handle=out_..., str_replace 210 chars ...``."""
+    limits = limits or RenderLimits()
+    first, last = limits.edits_first, limits.edits_last
     mine = list(enumerate(e for e in edits if e.path == path))
-    if len(mine) > EDITS_SHOWN_FIRST + EDITS_SHOWN_LAST:
-        mine = [*mine[:EDITS_SHOWN_FIRST], *mine[-EDITS_SHOWN_LAST:]]
+    if len(mine) > first + last:
+        mine = [*mine[:first], *mine[-last:]]
     parts: list[str] = []
     previous = -1
     for position, edit in mine:
@@ -78,10 +106,10 @@ def _flat(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def user_words_layout(words: Sequence[UserWords]) -> list[bool]:
-    """For each entry, whether it is shown verbatim (else by its head and handle)."""
+def user_words_layout(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[bool]:
+    """For each entry, whether it is shown verbatim (else by its head and handle): the newest
+    first, while they fit ``budget`` characters."""
     verbatim = [False] * len(words)
-    budget = USER_WORDS_CHARS
     for position in range(len(words) - 1, -1, -1):
         entry = words[position]
         if entry.kept:
@@ -92,45 +120,50 @@ def user_words_layout(words: Sequence[UserWords]) -> list[bool]:
     return verbatim
 
 
-def render_user_words(words: Sequence[UserWords]) -> list[str]:
+def render_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[str]:
     if not words:
         return []
     lines = ["### User instructions (verbatim, in order)"]
-    for number, (entry, verbatim) in enumerate(zip(words, user_words_layout(words), strict=True), 1):
+    layout = user_words_layout(words, budget)
+    for number, (entry, verbatim) in enumerate(zip(words, layout, strict=True), 1):
         if entry.kept:
             lines.append(f"[{number}] (kept verbatim right after this summary) {_flat(entry.text, 120)}")
         elif verbatim:
             lines.append(f"[{number}] {entry.text}")
         else:
             handle = new_handle(entry.text)
+            # A tight budget shows shorter heads: the handle holds the whole message anyway.
+            head = _HEAD_CHARS if budget >= 3000 else 80
             lines.append(
                 f"[{number}] (long: {len(entry.text)} chars, saved as {mention(handle)}; read it with "
-                f"read_tool_output) {_flat(entry.text, _HEAD_CHARS)}"
+                f"read_tool_output) {_flat(entry.text, head)}"
             )
     return lines
 
 
-def saved_user_words(words: Sequence[UserWords]) -> dict[str, str]:
+def saved_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> dict[str, str]:
     """Handle -> text of every entry the ledger shows by handle (the proxy must store them)."""
     return {
         new_handle(entry.text): entry.text
-        for entry, verbatim in zip(words, user_words_layout(words), strict=True)
+        for entry, verbatim in zip(words, user_words_layout(words, budget), strict=True)
         if not verbatim and not entry.kept
     }
 
 
-def render_transcripts(records: Sequence[TranscriptRecord]) -> list[str]:
+def render_transcripts(records: Sequence[TranscriptRecord], limits: RenderLimits | None = None) -> list[str]:
     """The transcripts, oldest first, each by the client messages it holds and its handle."""
     if not records:
         return []
+    limits = limits or RenderLimits()
+    first, last = limits.transcripts_first, limits.transcripts_last
     lines = [
         "### Transcripts: the summarized messages, verbatim, oldest first (read_tool_output: "
         "pattern= to search, start_line/num_lines to page)"
     ]
-    hidden = max(0, len(records) - TRANSCRIPTS_SHOWN_FIRST - TRANSCRIPTS_SHOWN_LAST)
+    hidden = max(0, len(records) - first - last)
     for position, record in enumerate(records):
-        if TRANSCRIPTS_SHOWN_FIRST <= position < TRANSCRIPTS_SHOWN_FIRST + hidden:
-            if position == TRANSCRIPTS_SHOWN_FIRST:
+        if first <= position < first + hidden:
+            if position == first:
                 lines.append(f"- ... {hidden} more (each transcript names the one before it)")
             continue
         lines.append(f"- messages {record.first}-{record.last}: {mention(record.handle)}")

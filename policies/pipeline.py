@@ -73,6 +73,10 @@ class Checkpoint:
     requests: int = 0
     # Request numbers of recent compactions, to detect a session that keeps re-triggering.
     recent_compactions: tuple[int, ...] = ()
+    # The last compaction point ended above its low-water target (the fixed part of the request
+    # is too large): the next one waits until the read room is reached, instead of firing
+    # again at the next high-water crossing (thrash).
+    short_of_target: bool = False
 
 
 @dataclass(slots=True)
@@ -99,6 +103,15 @@ class Context:
     # Transcripts (a summarizing stage's ``save_transcript``): every summary of the policy saves
     # the messages it replaces, verbatim, under one handle its ledger names.
     transcripts: bool = False
+    # The rendered state ledger's largest size, as a share of the window: its lists are cut
+    # (the complete ledger saved under a handle) rather than let it crowd out the view.
+    ledger_share: float = 0.1
+    # Tokens kept free under the window, beyond the answer's reserve, whenever a view names
+    # saved outputs, so that the model's first read of a handle returns content.
+    read_room: int = 0
+    # Tokens kept for the answer (the token safeguard's ``reserve_tokens``); the request's own
+    # ``answer_tokens`` count instead when larger.
+    reserve_tokens: int = 1024
 
 
 def requested_answer_tokens(body: Mapping[str, Any]) -> int:
@@ -276,6 +289,7 @@ class Policy:
         checkpoint = checkpoint or Checkpoint()
         if not self.stages or not isinstance(messages, list):
             return PolicyOutcome(None, counted.total, counted.total, checkpoint=checkpoint)
+        safeguard: Any = next((s for s in self.stages if s.name == "token_safeguard"), None)
         ctx = Context(
             counter=counter,
             encoding=counted.encoding,
@@ -288,6 +302,11 @@ class Policy:
             answer_tokens=requested_answer_tokens(body),
             injected_tokens=injected_tokens,
             summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
+            ledger_share=next(
+                (float(getattr(s, "ledger_share", 0.1)) for s in self.stages if s.name in _SUMMARIZING), 0.1
+            ),
+            reserve_tokens=int(getattr(safeguard, "reserve_tokens", 1024)),
+            read_room=safeguard.read_room(window) if safeguard is not None else 0,
             edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
             transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
         )

@@ -18,6 +18,7 @@ Pure and deterministic: the same messages give the same text, hence the same han
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,11 @@ def _call_text(call: Any) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     call_id = call.get("id") if isinstance(call, dict) else None
     if not isinstance(function, dict):
-        return f"--- call {call_id} ---\n{orjson.dumps(call, default=str).decode()}"
+        try:
+            shown = orjson.dumps(call, default=str).decode()
+        except TypeError:  # an integer beyond 64 bits, as a junk call may hold
+            shown = json.dumps(call, default=str)
+        return f"--- call {call_id} ---\n{shown}"
     name = str(function.get("name") or "?")
     arguments = function.get("arguments")
     parsed: Any = arguments
@@ -93,10 +98,15 @@ def _message_text(message: Message, origin: int) -> str:
 
 
 def build_transcript(
-    messages: Sequence[Message], origins: Sequence[int], earlier: str | None = None
+    messages: Sequence[Message],
+    origins: Sequence[int],
+    earlier: str | None = None,
+    older: Sequence[TranscriptRecord] = (),
 ) -> Transcript | None:
     """The transcript of ``messages`` (client indices ``origins``, -1 for an inserted one),
-    naming ``earlier``, the previous transcript's handle; None when there is nothing to save."""
+    naming ``earlier``, the previous transcript's handle, and every ``older`` transcript (so
+    one read of the newest reaches all of them, however short the ledger's list is); None when
+    there is nothing to save."""
     if not messages:
         return None
     known = [o for o in origins if o >= 0]
@@ -104,6 +114,9 @@ def build_transcript(
     lines = [TRANSCRIPT_HEADER, f"Client messages {first}-{last}, {len(messages)} messages, oldest first."]
     if earlier:
         lines.append(f"The messages before these are in the previous transcript: {mention(earlier)}.")
+    if len(older) > 1:
+        lines.append("Every earlier transcript, oldest first:")
+        lines += [f"- messages {r.first}-{r.last}: {mention(r.handle)}" for r in older]
     lines.append(
         "A message that was already replaced by a placeholder is kept as it was sent: "
         "read its full text under the handle it names."

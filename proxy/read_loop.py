@@ -143,6 +143,13 @@ class ReadLoop:
         room = (self.hard_budget if hard else self.budget) - base - len(calls) * _RESULT_OVERHEAD
         return max(0, min(self.limits.read.max_result_tokens, room // max(1, len(calls))))
 
+    def room_total(self, answer: Answer, calls: list[Any]) -> int:
+        """Tokens all of one answer's read results may hold together (uncapped per result)."""
+        base = self.dialect.count(
+            self.dialect.add_round(self.body, answer, [(c, "") for c in calls]), self.counter
+        )
+        return max(0, self.budget - base - len(calls) * _RESULT_OVERHEAD)
+
     def add_round(self, answer: Answer, results: list[tuple[Any, str]]) -> None:
         self.result.rounds += 1
         self._previous = self.body
@@ -171,6 +178,7 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
         loop.exhausted = True
         loop.add_round(answer, [(call, _NO_ROOM) for call in calls])
         return
+    outcomes = await _read_shared(loop, store, tenant, allowed, loop.room_total(answer, calls))
     results: list[tuple[Any, str]] = []
     for position, call in enumerate(calls):
         if position >= len(allowed):
@@ -180,13 +188,38 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
                 "limited",
             )
         else:
-            outcome = await _read_one(loop, store, tenant, call, room)
+            outcome = outcomes[position]
         loop.result.reads.append(outcome.outcome)
         loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
         results.append((call, outcome.text))
     if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS:
         loop.exhausted = True
     loop.add_round(answer, results)
+
+
+async def _read_shared(
+    loop: ReadLoop, store: Store, tenant: str, calls: list[Any], room: int
+) -> list[ReadResult]:
+    """The reads of one answer sharing ``room`` tokens by need, not in equal parts: each is
+    first rendered with all of it (at most the per-result cap); when together they do not fit,
+    the reads smaller than an equal share keep what they need and the others share the rest
+    (a search that found two lines never starves the page read beside it)."""
+    cap = min(loop.limits.read.max_result_tokens, room)
+    outcomes = [await _read_one(loop, store, tenant, call, cap) for call in calls]
+    sizes = [loop.counter.count_text(o.text, loop.encoding) for o in outcomes]
+    if sum(sizes) <= room or len(calls) < 2:
+        return outcomes
+    left, large = room, list(range(len(calls)))
+    while large:
+        share = left // len(large)
+        small = [i for i in large if sizes[i] <= share]
+        if not small:
+            break
+        left -= sum(sizes[i] for i in small)
+        large = [i for i in large if i not in small]
+    for index in large:
+        outcomes[index] = await _read_one(loop, store, tenant, calls[index], left // len(large))
+    return outcomes
 
 
 async def _read_one(loop: ReadLoop, store: Store, tenant: str, call: Any, room: int) -> ReadResult:

@@ -37,6 +37,7 @@ from replay.proxy_process import ProxyProcess, replay_proxy_config
 from replay.questions import Question
 from replay.questions.drift import lost_snippet, question_cycles
 from replay.questions.state_contract import stale_presented
+from replay.reader import Reader
 from replay.shards import Shard
 from replay.survival import handles_in, survival, view_text
 from replay.upstream import TICKET_HEADER, Received, RecordedUpstream, Ticket
@@ -209,14 +210,32 @@ class Replayer:
         stored = await self.store.get_output(self.tenant, handle)
         return stored.content if stored is not None else None
 
+    async def reachable_outputs(self, handles: Sequence[str], depth: int = 3) -> dict[str, str | None]:
+        """The saved texts of ``handles`` and of the handles they name, ``depth`` hops deep (a
+        transcript names the one before it, a cut ledger the complete one): what the store holds
+        for the view, whether or not a read gets it back."""
+        saved: dict[str, str | None] = {}
+        frontier = list(handles)
+        for _ in range(depth):
+            found: list[str] = []
+            for handle in frontier:
+                if handle in saved:
+                    continue
+                saved[handle] = text = await self.read_output(handle)
+                found += handles_in(text or "")
+            frontier = [h for h in dict.fromkeys(found) if h not in saved]
+        return saved
+
     async def ask_questions(self, arm: str, case: Case, session: str, part: CasePart) -> None:
         questions = self.loaded.questions.get(case.case_id, [])
         final = list(case.messages)
         for question in questions:
             messages = [*final, {"role": "user", "content": question.prompt}]
+            reader = Reader(question.evidence)
             ticket = Ticket(
                 reply={"role": "assistant", "content": "(recorded upstream: no answering model)"},
                 keep_messages=True,
+                reader=reader,
             )
             # Questions always see the arm's view, also when the steps ran in shadow mode.
             response, ticket = await self.send(arm, session, case, messages, ticket, "enforce")
@@ -233,14 +252,21 @@ class Replayer:
                 part.errors.append(f"question {question.kind}: HTTP {response.status_code}")
             else:
                 part.problems.extend(f"question {question.kind}: {p}" for p in received.problems)
-                saved: dict[str, str | None] = {}
-                for handle in _handles(received.messages):
-                    saved[handle] = await self.read_output(handle)
-                state, missing = survival(question.evidence, received.messages, saved.get)
+                saved = await self.reachable_outputs(_handles(received.messages))
+                stored_state, stored_missing = survival(question.evidence, received.messages, saved.get)
+                # Recoverable is earned by reading: the scripted reader got it back through the proxy.
+                found = reader.found()
+                state = stored_state
+                missing = stored_missing
+                if stored_state != "visible":
+                    unread = [m for m in reader.missing if m not in found]
+                    state, missing = ("recoverable", []) if not unread else ("lost", unread)
                 entry.update(
                     survival=state,
                     missing=missing,
+                    stored=stored_state != "lost",
                     read_tool_offered="read_tool_output" in received.tool_names,
+                    **reader.figures(),
                 )
                 if question.stale or state == "lost":
                     text = view_text(received.messages)
@@ -249,6 +275,8 @@ class Replayer:
                         entry["stale_presented"] = stale_presented(question, text)
                     if state == "lost":
                         entry["view_snippet"] = lost_snippet(question, case, text)
+                        # What the reads returned, for the failing examples of the report.
+                        entry["read_snippets"] = [r[:400] for r in reader.results[:4]]
             part.questions.append(entry)
         if self.config.answer_model is not None:
             await self.answer_all(arm, case, session, part, questions)

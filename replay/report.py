@@ -12,6 +12,7 @@ from typing import Any
 
 from replay.report_cost import COST_HEADER, cost_cells, cost_note, per_success_table
 from replay.report_drift import DRIFT_NOTE, drift_rows, failing_examples_html
+from replay.report_reads import READS_NOTE, reads_table
 from replay.results import survival_share
 
 KIND_LABELS = {
@@ -136,12 +137,16 @@ def summary_markdown(results: dict[str, Any]) -> str:
         f"context window {'forced to ' + format(window, ',') if window else 'as configured'}, "
         f"summaries by {run['summarizer']}; {run['seconds']} s.",
         "",
-        "Survived = the evidence of the question is in the arm's view at the question point, or in an "
-        "offloaded output whose handle the view names (via handle). Reduction = 1 - tokens after / "
-        "tokens before over all requests.",
+        "Survived = the evidence of the question is in the arm's view at the question point, or a "
+        "scripted reader got it back through the running proxy with read_tool_output, within the "
+        "proxy's limits and window (via handle). Reduction = 1 - tokens after / tokens before over "
+        "all requests.",
         "",
         _markdown(main_table(results)),
     ]
+    reads = reads_table(results)
+    if reads:
+        lines += ["", "## Stored vs read back", "", READS_NOTE, "", _markdown(reads)]
     note = cost_note(results)
     if note:
         lines += ["", note]

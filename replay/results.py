@@ -172,6 +172,7 @@ def arm_figures(
         "prefix_stability": round(sum(stable) / len(stable), 4) if stable else None,
         "survival": survival,
         "survival_all": merge_counts(survival.values()),
+        "reads": {kind: read_figures([q for q in questions if q["kind"] == kind]) for kind in kinds},
         "cases": len(parts),
         "seconds": round(sum(p.seconds for p in parts), 1),
         "cost": cost_figures(cost, parts),
@@ -317,6 +318,24 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
     temporary.replace(path)
+
+
+def read_figures(questions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Stored vs read back for one kind: questions whose evidence the store holds (visible, or
+    under a handle the view names, a few hops deep), those the scripted reader got back through
+    the proxy, and what the reads cost (calls and rounds per question that read, reads the
+    proxy answered with "no room")."""
+    reading = [q for q in questions if q.get("survival") in ("recoverable", "lost") and q.get("read_calls")]
+    return {
+        "questions": len(questions),
+        "stored": sum(1 for q in questions if q.get("stored") or q.get("survival") == "visible"),
+        "read_back": sum(1 for q in questions if q.get("survival") in ("visible", "recoverable")),
+        "read_calls_per_question": round(_mean([q["read_calls"] for q in reading]), 2) if reading else 0,
+        "read_rounds_per_question": round(_mean([q.get("read_rounds", 0) for q in reading]), 2)
+        if reading
+        else 0,
+        "no_room_reads": sum(int(q.get("no_room_reads") or 0) for q in questions),
+    }
 
 
 def survival_share(counts: dict[str, int]) -> float | None:

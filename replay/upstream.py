@@ -32,6 +32,8 @@ from proxy.dialects.responses import neutral_tools as responses_neutral_tools
 from replay.config import ModelEndpoint
 from replay.cost import SessionLog
 from replay.doors import anthropic_message, chat_request, neutral_messages, response_object, tool_names
+from replay.reader import Reader
+from replay.survival import view_text
 
 TICKET_HEADER = "X-Replay-Ticket"
 SESSION_HEADER = "x-session-id"
@@ -98,6 +100,9 @@ class Ticket:
     reply: Message | None = None  # the recorded answer; None: forward to `forward`
     forward: ModelEndpoint | None = None
     keep_messages: bool = False
+    # A question point answered by the scripted reader: it reads saved outputs through the
+    # proxy before the recorded reply (``replay.reader``).
+    reader: Reader | None = None
     received: list[Received] = field(default_factory=list)
     # What the answering model consumed (forwarded requests): calls and tokens.
     model_calls: int = 0
@@ -240,7 +245,10 @@ class RecordedUpstream:
             return response
         if session:
             self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING)
-        reply = dict(ticket.reply or {"role": "assistant", "content": ""})
+        reads = None
+        if ticket.reader is not None:
+            reads = ticket.reader.answer(messages, tool_names(dialect, body), view_text(messages))
+        reply = dict(reads or ticket.reply or {"role": "assistant", "content": ""})
         reply["role"] = "assistant"
         reply.setdefault("content", None)
         answer_id = f"replay-{name}-{len(ticket.received)}"

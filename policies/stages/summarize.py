@@ -16,15 +16,18 @@ a small tool output included, can be read back word for word.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
 
+from policies.budget import answer_reserve, read_ceiling, whole_request
 from policies.conversation import message_text, parse
 from policies.facts import SummarizeFact
 from policies.pipeline import Context, View
 from policies.stages.common import first_safe_cut_at_or_after
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
+from policies.summarizer import LedgerSummarizer
 
 
 class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -35,15 +38,18 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     keep_task: bool = True
     prompt: str = "hybrid_v2"
     save_transcript: bool = True
+    # The rendered state ledger's largest size, as a share of the window.
+    ledger_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1 or not 0 <= self.retained_tail < 1:
             raise ValueError("target must be in (0, 1] and retained_tail in [0, 1)")
+        if not 0 < self.ledger_share <= 0.5:
+            raise ValueError("ledger_share must be in (0, 0.5]")
 
-    def _cut(self, view: View, ctx: Context, first_new: int) -> int:
+    def _cut(self, view: View, ctx: Context, first_new: int, budget: float) -> int:
         conversation = parse(view.messages)
         counts = ctx.counter.count_messages(view.messages, ctx.encoding)
-        budget = self.retained_tail * ctx.window
         final = conversation.steps[-1] if conversation.steps else None
         cut = final.start if final else len(view.messages)
         tail = sum(counts[cut:])
@@ -60,11 +66,28 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             tail += counts[index]
         return first_safe_cut_at_or_after(conversation, index)
 
+    def _tail_budget(self, view: View, ctx: Context, first_new: int, last_user: int) -> float:
+        """The retained tail's size: ``retained_tail`` x window, less whatever the whole request
+        would have above the target with it (what stays anyway: the head before the range, the
+        kept last user message, the new summary at its budget, the answer's reserve and the
+        read tool), so that the compaction point lands at its target."""
+        counts = ctx.counter.count_messages(view.messages, ctx.encoding)
+        current = summary_index(view)
+        at = current if current is not None else first_new
+        kept = sum(c for c, o in zip(counts[at:], view.origin[at:], strict=True) if o == last_user >= 0)
+        narrative = 0 if ctx.summarizer is None or isinstance(ctx.summarizer, LedgerSummarizer) else 0.05
+        summary = (ctx.ledger_share + narrative) * ctx.window
+        fixed = view.tokens(ctx) - sum(counts[at:]) + kept + summary
+        fixed += answer_reserve(ctx) + ctx.injected_tokens
+        return min(self.retained_tail * ctx.window, max(0.0, self.target * ctx.window - fixed))
+
     async def apply(self, view: View, ctx: Context) -> View:
         if not view.compacting:
             return view
-        if view.tokens(ctx) <= self.target * ctx.window:
+        target = int(self.target * ctx.window)
+        if whole_request(view, ctx) <= target:
             view.facts.summarize = SummarizeFact(skipped="target reached without a summary")
+            view.checkpoint = replace(view.checkpoint, short_of_target=False)
             return view
         original = parse(view.original)
         anchor = (
@@ -72,7 +95,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         )
         current = summary_index(view)
         first_new = current + 1 if current is not None else view_index_of(view, anchor)
-        cut = self._cut(view, ctx, first_new)
+        cut = self._cut(view, ctx, first_new, self._tail_budget(view, ctx, first_new, original.last_user))
         if cut <= first_new:
             view.facts.summarize = SummarizeFact(skipped="nothing older than the retained tail")
             return view
@@ -92,5 +115,32 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             pinned=pinned,
             task_kept=self.keep_task and original.first_user >= 0,
         )
-        view.facts.summarize = SummarizeFact(retained_tail=self.retained_tail, step_aware=self.step_aware)
+        view.facts.summarize = landing_fact(
+            view, ctx, target, SummarizeFact(retained_tail=self.retained_tail, step_aware=self.step_aware)
+        )
         return view
+
+
+def landing_fact(view: View, ctx: Context, target: int, fact: SummarizeFact) -> SummarizeFact:
+    """Where the compaction point landed against its target and the read room, and why when it
+    missed (recorded in the checkpoint, so the next request does not compact again at once)."""
+    request = whole_request(view, ctx)
+    missed = request > target
+    view.checkpoint = replace(view.checkpoint, short_of_target=missed)
+    fact = msgspec.structs.replace(fact, request_tokens=request, target_tokens=target)
+    if not missed:
+        return fact
+    counts = ctx.counter.count_messages(view.messages, ctx.encoding)
+    final = parse(view.messages).steps[-1].start if view.messages else 0
+    kept = sum(counts[:final]) + ctx.tools_tokens
+    why = (
+        f"the request keeps {request} tokens (system prompt, tools, task, summary and kept user "
+        f"messages {kept}; the final step {sum(counts[final:])}; the answer's reserve "
+        f"{answer_reserve(ctx)}), over the target {target}"
+    )
+    fact = msgspec.structs.replace(fact, target_missed=why)
+    if request > read_ceiling(ctx):
+        fact = msgspec.structs.replace(
+            fact, no_read_room=f"{ctx.window - request} tokens free, less than the read room {ctx.read_room}"
+        )
+    return fact

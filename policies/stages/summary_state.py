@@ -16,9 +16,10 @@ from dataclasses import replace
 
 from policies.conversation import Message, message_text
 from policies.facts import SummaryFact
-from policies.ledger import build_ledger
+from policies.handles import mention, new_handle
+from policies.ledger import LEDGER_HEADING, Ledger, build_ledger
 from policies.pipeline import Checkpoint, Context, Offload, View
-from policies.stages.common import summary_content
+from policies.stages.common import SUMMARY_HEADER, summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
 from policies.transcript import build_transcript
 
@@ -51,6 +52,35 @@ def is_thrashing(checkpoint: Checkpoint) -> bool:
     return len(recent) >= THRASH_LIMIT
 
 
+def render_ledger(ledger: Ledger, ctx: Context) -> tuple[str, dict[str, tuple[str, str]]]:
+    """The ledger as the summary shows it, held to ``ctx.ledger_share`` of the window whatever
+    the agent's shape, and what that rendering names by handle: when a list had to be cut, the
+    complete ledger (every item, every user message verbatim) is saved and named."""
+    budget = max(200, int(ctx.ledger_share * ctx.window))
+    text, limits, complete = ledger.render_within(lambda t: ctx.counter.count_text(t, ctx.encoding) <= budget)
+    if complete is None:
+        return text, {}
+    saved = {h: (t, "user message") for h, t in ledger.saved_texts(limits).items()}
+    full = "\n".join([complete, *(f"\n[{mention(h)}]\n{t}" for h, (t, _) in saved.items())])
+    handle = new_handle(full)
+    saved[handle] = (full, "the complete state ledger")
+    note = f"(Lists cut to fit; the complete ledger, every item and user message: {mention(handle)})"
+    return f"{text}\n{note}", saved
+
+
+def _narrative(summary: str) -> str:
+    """The model-written part of a summary message (between its header and its ledger)."""
+    body = summary.removeprefix(SUMMARY_HEADER)
+    end = body.find(LEDGER_HEADING)
+    return (body[:end] if end >= 0 else "").strip()
+
+
+def _add_offloads(view: View, previous: Checkpoint, saved: dict[str, tuple[str, str]]) -> None:
+    for handle, (content, description) in saved.items():
+        if handle not in view.offloads and handle not in previous.handles:
+            view.offloads[handle] = Offload(handle=handle, content=content, description=description)
+
+
 async def compact_range(
     view: View,
     ctx: Context,
@@ -78,7 +108,11 @@ async def compact_range(
         at = new_from = view_index_of(view, anchor)
         start_orig = old_end_orig = anchor
     end_orig = view.origin[cut] if cut < len(view.messages) else len(view.original)
-    keep = sorted({*previous.pinned, *(pinned or set())} & set(range(start_orig, end_orig)))
+    # Kept verbatim after the summary: the current last user message and pinned steps only. An
+    # earlier last user message kept by a previous summary goes into this one's ledger (the
+    # user's words, verbatim, in order): left after the summary, it would read as newer than a
+    # correction the summary holds.
+    keep = sorted(set(pinned or ()) & set(range(start_orig, end_orig)))
     # Edits are artifacts: each covered edit's content is saved, and the ledger names it.
     artifacts: dict[str, tuple[str, str]] | None = {} if ctx.edit_artifacts else None
     ledger = build_ledger(
@@ -94,9 +128,7 @@ async def compact_range(
         ledger = previous.ledger.merge(ledger)
     ledger = ledger.with_kept({message_text(view.original[i]) for i in keep})
     saved = {**(artifacts or {}), **{h: (t, "user message") for h, t in ledger.saved_texts().items()}}
-    for handle, (content, description) in saved.items():
-        if handle not in view.offloads and handle not in previous.handles:
-            view.offloads[handle] = Offload(handle=handle, content=content, description=description)
+    _add_offloads(view, previous, saved)
     replaced = [
         (m, o)
         for m, o in zip(view.messages[new_from:cut], view.origin[new_from:cut], strict=True)
@@ -105,7 +137,9 @@ async def compact_range(
     if ctx.transcripts:
         # The messages this summary replaces, as the view had them, saved verbatim.
         earlier = ledger.transcripts[-1].handle if ledger.transcripts else None
-        transcript = build_transcript([m for m, _ in replaced], [o for _, o in replaced], earlier)
+        transcript = build_transcript(
+            [m for m, _ in replaced], [o for _, o in replaced], earlier, older=ledger.transcripts
+        )
         if transcript is not None:
             view.offloads[transcript.handle] = Offload(
                 transcript.handle, transcript.text, transcript.description()
@@ -133,7 +167,14 @@ async def compact_range(
             # Only messages a summarizer marks as public are recorded: others could quote content.
             fallback_reason=str(exc) if getattr(exc, "public", False) else f"{type(exc).__name__}",
         )
-    message: Message = {"role": "user", "content": summary_content(result.text, ledger.render())}
+    if not result.text.strip() and previous_text is not None:
+        # A ledger-only summary (the safeguard's fold, a failed model call) keeps the narrative
+        # an earlier model summary wrote: the ledger is rebuilt, the story is not lost.
+        result = replace(result, text=_narrative(previous_text))
+    ledger_text, ledger_saved = render_ledger(ledger, ctx)
+    _add_offloads(view, previous, ledger_saved)
+    handles = [*handles, *ledger_saved]
+    message: Message = {"role": "user", "content": summary_content(result.text, ledger_text)}
     view.replace_messages(
         [*view.messages[:at], message, *(view.original[i] for i in keep), *view.messages[cut:]],
         mechanism,

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import msgspec
 
+from policies.budget import answer_reserve, names_handles, read_room_for
 from policies.conversation import Message, message_text, parse, role
 from policies.facts import SafeguardFact
 from policies.handles import EXCERPT_PREFIX, PLACEHOLDER_PREFIX, excerpt_text, new_handle
@@ -47,20 +48,30 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_share: float = 1.0
     # Tokens kept free for the model's answer.
     reserve_tokens: int = 1024
+    # Kept free as well whenever the view names saved outputs, so that a read returns content:
+    # the larger of the two, at most a quarter of the window (``policies/budget.py``).
+    read_room_tokens: int = 1000
+    read_room_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 < self.max_share <= 1:
             raise ValueError("max_share must be in (0, 1]")
-        if self.reserve_tokens < 0:
-            raise ValueError("reserve_tokens must be >= 0")
+        if self.reserve_tokens < 0 or self.read_room_tokens < 0:
+            raise ValueError("reserve_tokens and read_room_tokens must be >= 0")
+        if not 0 <= self.read_room_share < 1:
+            raise ValueError("read_room_share must be in [0, 1)")
+
+    def read_room(self, window: int) -> int:
+        return read_room_for(window, self.read_room_tokens, self.read_room_share)
 
     def budget(self, view: View, ctx: Context) -> int:
         """The largest view: the window share, less the answer's reserve (the request's own
-        ``max_tokens`` when larger) and what the proxy adds to a view naming saved outputs."""
-        plain = int(self.max_share * ctx.window) - max(self.reserve_tokens, ctx.answer_tokens)
+        ``max_tokens`` when larger) and, for a view naming saved outputs, what the proxy adds
+        (the read tool's schema) and the read room."""
+        plain = int(self.max_share * ctx.window) - answer_reserve(ctx)
         # Trimming may cut an output to an excerpt with a handle: then the schema comes too.
-        names_handles = view.checkpoint.handles or view.offloads or view.tokens(ctx) > plain
-        return plain - (ctx.injected_tokens if names_handles else 0)
+        handles = names_handles(view) or view.tokens(ctx) > plain
+        return plain - ((ctx.injected_tokens + ctx.read_room) if handles else 0)
 
     async def apply(self, view: View, ctx: Context) -> View:
         budget = self.budget(view, ctx)

@@ -12,9 +12,10 @@ from typing import ClassVar
 import msgspec
 from msgspec.structs import replace
 
+from policies.budget import names_handles, read_ceiling, whole_request
 from policies.facts import TriggerFact
 from policies.pipeline import Context, View
-from policies.stages.summary_state import is_thrashing, over_window_at
+from policies.stages.summary_state import is_thrashing
 
 
 class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -27,16 +28,26 @@ class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("high must be in (0, 1]")
 
     async def apply(self, view: View, ctx: Context) -> View:
+        """A compaction point when the whole request passes ``high`` x window, or when it would
+        eat into the read room; after a point that ended above its target, only the latter."""
         tokens = view.tokens(ctx)
+        request = whole_request(view, ctx)
+        hard = read_ceiling(ctx) if names_handles(view) else ctx.window
+        high = int(self.high * ctx.window)
+        threshold = hard if view.checkpoint.short_of_target else min(high, hard)
         view.facts.trigger = TriggerFact(
-            tokens=tokens, threshold=int(self.high * ctx.window), window=ctx.window
+            tokens=tokens,
+            threshold=threshold,
+            window=ctx.window,
+            request_tokens=request,
+            read_room=ctx.read_room if names_handles(view) else 0,
         )
         if view.compacting:
             return view
-        if tokens <= self.high * ctx.window:
+        if request <= threshold:
             return view
         if is_thrashing(view.checkpoint):
-            if tokens <= over_window_at(ctx):
+            if request <= hard:
                 view.facts.trigger = replace(view.facts.trigger, limited="re-triggering too often")
                 return view
             # Limiting now would leave the view over the window, and the token safeguard would
