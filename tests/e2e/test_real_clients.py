@@ -153,9 +153,14 @@ def _task(client: Client) -> str:
 
 
 def _run(
-    client: Client, agent: AgentUpstream, start_proxy: Any, tmp_path: Path, window: int = WINDOW
+    client: Client,
+    agent: AgentUpstream,
+    start_proxy: Any,
+    tmp_path: Path,
+    window: int = WINDOW,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[ClientRun | None, Exception | None]:
-    config = {**PROXY_CONFIG, "context_windows": {"default": window}}
+    config = {**PROXY_CONFIG, "context_windows": {"default": window}, **(extra or {})}
     proxy = start_proxy({**config, "upstream": {"base_url": agent.base_url}})
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -292,7 +297,16 @@ def test_the_ledger_lists_every_summarized_command(
         final_command=client.final_command,
         action_fence=mini_swe_agent.TEXT_FENCE,
     )
-    run, error = _run(client, agent, start_proxy, tmp_path, window=LEDGER_WINDOW)
+    # The shown ledger is held to ledger_share x window (0.1 by default: older commands are then
+    # in the complete ledger under the handle it names, tests/policies/test_room_to_read.py);
+    # here it is given room for all of them, so the shown one can be checked.
+    roomy = {
+        "policy": "improved_ledger",
+        "policies": {
+            "improved_ledger": {"extends": "improved", "overrides": {"summarize": {"ledger_share": 0.3}}}
+        },
+    }
+    run, error = _run(client, agent, start_proxy, tmp_path, window=LEDGER_WINDOW, extra=roomy)
     trace = agent.summary()
     assert error is None and run is not None, f"the client failed: {error!r}\n{trace}"
     assert run.final.startswith(DONE_PREFIX)

@@ -7,6 +7,8 @@ target does not fire again at the next step."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from typing import Any
 
 import pytest
@@ -53,7 +55,7 @@ def step(call_id: str, command: str, size: int) -> list[dict[str, Any]]:
     call = {
         "id": call_id,
         "type": "function",
-        "function": {"name": "execute_bash", "arguments": '{"command": "%s"}' % command},
+        "function": {"name": "execute_bash", "arguments": json.dumps({"command": command})},
     }
     return [
         {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -98,7 +100,7 @@ def test_a_compaction_point_lands_at_its_target_and_is_not_followed_at_once_by_a
         if fact is not None and fact.request_tokens:
             assert fact.request_tokens <= fact.target_tokens or fact.target_missed
     # No compaction point right after another (thrash).
-    assert all(b - a > 1 for a, b in zip(points, points[1:], strict=False)), points
+    assert all(b - a > 1 for a, b in itertools.pairwise(points)), points
 
 
 def test_a_missed_target_waits_for_the_read_room_before_compacting_again() -> None:
