@@ -61,9 +61,13 @@ def test_every_door_makes_the_same_decisions_and_keeps_the_same_evidence(
             through_chat["tokens_before"], through_door["tokens_before"], strict=True
         ):
             assert abs(chat_tokens - door_tokens) <= max(8, chat_tokens // 100), case
-        outcomes = [(q["question_id"], q["survival"], q.get("missing")) for q in through_chat["questions"]]
+        # What the view holds and what the store keeps are the doors' shared decisions; what a read
+        # gets back depends on each wire format's size of a read round, so it is not compared.
+        outcomes = [
+            (q["question_id"], q["survival"] == "visible", q.get("stored")) for q in through_chat["questions"]
+        ]
         assert [
-            (q["question_id"], q["survival"], q.get("missing")) for q in through_door["questions"]
+            (q["question_id"], q["survival"] == "visible", q.get("stored")) for q in through_door["questions"]
         ] == outcomes, case
         compactions += len(through_chat["decisions"])
     assert compactions > 0
