@@ -51,8 +51,10 @@ class SummarizeFact(_Fact, frozen=True):
     request_tokens: int = 0
     target_tokens: int = 0
     target_missed: str | None = None
-    # The parts that alone leave less than the read room free under the window.
+    # The parts that alone leave less than the read room free under the window; ``first`` for
+    # the first such point of the session (what the proxy logs and counts, once per session).
     no_read_room: str | None = None
+    no_read_room_first: bool = False
 
 
 class AutoCompactFact(_Fact, frozen=True):

@@ -77,6 +77,8 @@ class Checkpoint:
     # is too large): the next one waits until the read room is reached, instead of firing
     # again at the next high-water crossing (thrash).
     short_of_target: bool = False
+    # The session was told, once, that its fixed part leaves no read room (log line, metric).
+    no_read_room_reported: bool = False
 
 
 @dataclass(slots=True)

@@ -158,6 +158,7 @@ def create_app(
             decide=lambda dialect: dialects[dialect].decision,
             policy_meta={name: (version, config_hash(spec)) for name, spec in policy_specs(settings).items()},
             record_skipped=settings.events.record_skipped,
+            log=log,
         ),
         RequestMetrics(metrics),
         AccessLog(log),

@@ -140,6 +140,13 @@ class Metrics:
             ("policy",),
             registry=r,
         )
+        self.no_read_room = Counter(
+            "compaction_proxy_no_read_room_sessions",
+            "Sessions whose fixed part (system prompt, tools, task, final step, the answer's reserve) "
+            "leaves less than the read room free under the window: counted once per session.",
+            ("policy",),
+            registry=r,
+        )
         self.summaries = Counter(
             "compaction_proxy_summarizer_calls",
             "Summaries made, by outcome: ok (model), ledger (model-free), fallback (model failed).",

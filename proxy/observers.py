@@ -42,7 +42,9 @@ class CompactionRecord:
         decide: Callable[[str], Decide],
         policy_meta: dict[str, tuple[str, str]],
         record_skipped: bool,
+        log: Any = None,
     ) -> None:
+        self.log = log
         self.metrics = metrics
         self.events = events
         self.shadow = shadow
@@ -66,6 +68,19 @@ class CompactionRecord:
         if outcome.offloads:
             m.offloaded.labels(exchange.policy).inc(len(outcome.offloads))
             m.offloaded_bytes.labels(exchange.policy).inc(exchange.offloaded_bytes)
+        landing = outcome.facts.summarize
+        if landing is not None and landing.no_read_room_first:
+            # Once per session: what the policy cannot make small leaves no room to read.
+            m.no_read_room.labels(exchange.policy).inc()
+            if self.log is not None:
+                self.log.warning(
+                    "no_read_room",
+                    request_id=exchange.request_id,
+                    session=exchange.session,
+                    policy=exchange.policy,
+                    reason=landing.target_missed,
+                    free=landing.no_read_room,
+                )
         summary = outcome.facts.summary
         if summary is not None:
             result = "ledger" if summary.model == "ledger" else "ok"

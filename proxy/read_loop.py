@@ -32,7 +32,16 @@ from typing import Any
 
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, Dialect
-from proxy.read_tool import BadArguments, ReadLimits, ReadResult, parse_arguments, render
+from proxy.read_search import search_saved_outputs
+from proxy.read_tool import (
+    SEARCH_ALL,
+    BadArguments,
+    ReadArguments,
+    ReadLimits,
+    ReadResult,
+    parse_arguments,
+    render,
+)
 from proxy.store import Store
 
 # Tokens a tool message costs beyond its content (framing, role, the call id).
@@ -42,6 +51,19 @@ _MIN_READ_TOKENS = 48
 # The room a read's "no room" answer needs; with less, the calls are dropped unanswered.
 _SHORT_RESULT_TOKENS = 32
 _NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
+# The room an answer's reads should have before earlier read results are withdrawn for them.
+_USEFUL_ROOM = 1000
+_USEFUL_ROOM_PER_CALL = 250
+_WITHDRAWN = "[This read result was withdrawn to make room for later reads"
+
+
+def withdrawn_note(arguments: Any) -> str:
+    """What a withdrawn read result says instead: which handle to read again."""
+    try:
+        handle = parse_arguments(arguments, 1).handle
+    except BadArguments:
+        handle = "?"
+    return f"{_WITHDRAWN}; read handle={handle} again if you still need it.]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +88,8 @@ class LoopResult:
     error: str | None = None
     # The last round's answer as the model wrote it (its items, in the dialect's shape).
     final_answer: list[Any] | None = None
+    # Earlier read results withdrawn (replaced by a note naming their handle) to make room.
+    withdrawn: int = 0
 
     @property
     def largest_request(self) -> int:
@@ -85,11 +109,14 @@ class ReadLoop:
         reserve: int,
         limits: LoopLimits,
         requested: int = 0,
+        handles: tuple[str, ...] = (),
     ) -> None:
         """``body``: the first round's wire body, read tool included. ``reserve``: tokens kept
         for the answer (at least the request's own ``max_tokens``); ``requested``: the answer
         length the request asks for (0: none)."""
         self.body = body
+        # The session's saved outputs, newest last: what a search of handle "*" covers.
+        self.handles = handles
         self.dialect = dialect
         self.requested = requested
         self.counter = counter
@@ -100,6 +127,8 @@ class ReadLoop:
         self.result = LoopResult()
         self.exhausted = False  # a limit was reached: the next round goes without the read tool
         self._previous: dict[str, Any] | None = None  # the body before the last reads
+        self._base = body  # the first round's body, before any read
+        self._rounds: list[tuple[Answer, list[tuple[Any, str]]]] = []
 
     @property
     def budget(self) -> int:
@@ -121,6 +150,7 @@ class ReadLoop:
         without them: the model goes on from what it had."""
         if self.dialect.count(self.body, self.counter) > self.hard_budget and self._previous is not None:
             self.body, self._previous = self._previous, None
+            self._rounds.pop()
             self.exhausted = True
         body = self.body
         if self.result.rounds >= self.limits.max_rounds or self.exhausted:
@@ -154,6 +184,42 @@ class ReadLoop:
         self.result.rounds += 1
         self._previous = self.body
         self.body = self.dialect.add_round(self.body, answer, results)
+        self._rounds.append((answer, list(results)))
+
+    def make_room(self, answer: Answer, calls: list[Any]) -> None:
+        """Earlier rounds' read results, the largest first, are withdrawn (each replaced by a
+        note naming its handle, so the model can read it again) until this answer's reads have
+        a useful room: a read that does not fit makes room instead of being refused. The call
+        and result items stay, so every wire format's pairing rules still hold."""
+        needed = min(_USEFUL_ROOM, _USEFUL_ROOM_PER_CALL * len(calls))
+        if not self._rounds or self.room_total(answer, calls) >= needed:
+            return
+        sized = sorted(
+            (
+                (-self.counter.count_text(text, self.encoding), r, i)
+                for r, (_, results) in enumerate(self._rounds)
+                for i, (_, text) in enumerate(results)
+                if not text.startswith(_WITHDRAWN)
+            )
+        )
+        changed = False
+        for _, round_index, item in sized:
+            results = self._rounds[round_index][1]
+            call = results[item][0]
+            results[item] = (call, withdrawn_note(self.dialect.call_arguments(call)))
+            self.result.withdrawn += 1
+            changed = True
+            self.body = self._rebuilt()
+            if self.room_total(answer, calls) >= needed:
+                break
+        if changed:
+            self._previous = None
+
+    def _rebuilt(self) -> dict[str, Any]:
+        body = self._base
+        for answer, results in self._rounds:
+            body = self.dialect.add_round(body, answer, results)
+        return body
 
     def skip_round(self) -> None:
         """The answer's reads do not fit at all: ask again without them and without the tool."""
@@ -165,7 +231,9 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
     """Run one answer's reads against the store and append them (with the calls) to the loop."""
     limits = loop.limits
     allowed = calls[: limits.max_calls_per_answer]
-    room = loop.room_per_read(answer, calls)
+    loop.make_room(answer, calls)
+    # The reads share the room by need: "no room" only when not even one short result fits.
+    room = loop.room_total(answer, calls)
     if room < _MIN_READ_TOKENS:
         # No room for content: every call still gets a short answer when that fits the window,
         # and the next round goes without the read tool.
@@ -178,7 +246,7 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
         loop.exhausted = True
         loop.add_round(answer, [(call, _NO_ROOM) for call in calls])
         return
-    outcomes = await _read_shared(loop, store, tenant, allowed, loop.room_total(answer, calls))
+    outcomes = await _read_shared(loop, store, tenant, allowed, room)
     results: list[tuple[Any, str]] = []
     for position, call in enumerate(calls):
         if position >= len(allowed):
@@ -205,7 +273,13 @@ async def _read_shared(
     the reads smaller than an equal share keep what they need and the others share the rest
     (a search that found two lines never starves the page read beside it)."""
     cap = min(loop.limits.read.max_result_tokens, room)
-    outcomes = [await _read_one(loop, store, tenant, call, cap) for call in calls]
+    outcomes: list[ReadResult] = []
+    before: list[int] = []  # bytes read by the request before each read (the byte limit holds)
+    spent = loop.result.bytes_read
+    for call in calls:
+        before.append(spent)
+        outcomes.append(await _read_one(loop, store, tenant, call, cap, spent))
+        spent += len(outcomes[-1].text.encode("utf-8", "replace"))
     sizes = [loop.counter.count_text(o.text, loop.encoding) for o in outcomes]
     if sum(sizes) <= room or len(calls) < 2:
         return outcomes
@@ -218,11 +292,15 @@ async def _read_shared(
         left -= sum(sizes[i] for i in small)
         large = [i for i in large if i not in small]
     for index in large:
-        outcomes[index] = await _read_one(loop, store, tenant, calls[index], left // len(large))
+        outcomes[index] = await _read_one(
+            loop, store, tenant, calls[index], left // len(large), before[index]
+        )
     return outcomes
 
 
-async def _read_one(loop: ReadLoop, store: Store, tenant: str, call: Any, room: int) -> ReadResult:
+async def _read_one(
+    loop: ReadLoop, store: Store, tenant: str, call: Any, room: int, bytes_read: int
+) -> ReadResult:
     return await read_saved_output(
         store,
         tenant,
@@ -231,7 +309,8 @@ async def _read_one(loop: ReadLoop, store: Store, tenant: str, call: Any, room: 
         room=room,
         counter=loop.counter,
         encoding=loop.encoding,
-        bytes_read=loop.result.bytes_read,
+        bytes_read=bytes_read,
+        handles=loop.handles,
     )
 
 
@@ -245,9 +324,11 @@ async def read_saved_output(
     counter: TokenCounter,
     encoding: str,
     bytes_read: int = 0,
+    handles: tuple[str, ...] = (),
 ) -> ReadResult:
     """One ``read_tool_output`` call: the result text and its outcome (``ok``, ``truncated``,
-    ``not_found``, ``expired``, ``bad_arguments``, ``limited``, ``store_error``, ``timeout``)."""
+    ``not_found``, ``expired``, ``bad_arguments``, ``limited``, ``store_error``, ``timeout``).
+    Handle ``*`` with a pattern searches every saved output of ``handles``."""
     try:
         args = parse_arguments(arguments, limits.read.max_lines)
     except BadArguments as exc:
@@ -260,6 +341,13 @@ async def read_saved_output(
         )
     if room < _MIN_READ_TOKENS:
         return ReadResult(_NO_ROOM, "no_room")
+    if args.handle == SEARCH_ALL:
+        try:
+            return await _search(store, tenant, args, limits, room, counter, encoding, bytes_read, handles)
+        except BadArguments as exc:
+            return ReadResult(str(exc), "bad_arguments")
+        except TimeoutError:
+            return ReadResult("Error: the search took too long; use a simpler pattern.", "timeout")
     try:
         stored = await store.get_output(tenant, args.handle)
     except Exception:  # the store is down: the model is told, the request goes on
@@ -294,3 +382,30 @@ async def read_saved_output(
         return ReadResult(
             "Error: the read took too long; ask for fewer lines or a simpler pattern.", "timeout"
         )
+
+
+async def _search(
+    store: Store,
+    tenant: str,
+    args: ReadArguments,
+    limits: LoopLimits,
+    room: int,
+    counter: TokenCounter,
+    encoding: str,
+    bytes_read: int,
+    handles: tuple[str, ...],
+) -> ReadResult:
+    return await search_saved_outputs(
+        store,
+        tenant,
+        args,
+        handles,
+        limits=replace(
+            limits.read,
+            max_result_bytes=max(256, min(limits.read.max_result_bytes, limits.max_total_bytes - bytes_read)),
+        ),
+        timeout_seconds=limits.timeout_seconds,
+        room=room,
+        counter=counter,
+        encoding=encoding,
+    )

@@ -14,7 +14,7 @@ whose matching time is linear in the text (no catastrophic backtracking), in a w
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -28,6 +28,8 @@ MAX_MATCHES = 50
 CONTEXT_LINES = 2
 MAX_PATTERN_CHARS = 500
 DEFAULT_LINES = 200
+# The handle that searches every saved output of the conversation (with a pattern).
+SEARCH_ALL = "*"
 
 
 def tool_schema(max_lines: int) -> dict[str, Any]:
@@ -43,7 +45,13 @@ def tool_schema(max_lines: int) -> dict[str, Any]:
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "handle": {"type": "string", "description": "The handle, e.g. out_0123456789abcdef."},
+                    "handle": {
+                        "type": "string",
+                        "description": (
+                            'The handle, e.g. out_0123456789abcdef; or "*" with a pattern to search every '
+                            "saved output of this conversation at once."
+                        ),
+                    },
                     "start_line": {
                         "type": "integer",
                         "minimum": 1,
@@ -99,6 +107,8 @@ def parse_arguments(arguments: Any, max_lines: int) -> ReadArguments:
         raise BadArguments("Error: `handle` (a string) is required.")
     handle = normalize(args["handle"])
     pattern = args.get("pattern")
+    if handle == SEARCH_ALL and not (isinstance(pattern, str) and pattern):
+        raise BadArguments('Error: handle "*" searches every saved output: give a `pattern` too.')
     if isinstance(pattern, str) and pattern:
         if len(pattern) > MAX_PATTERN_CHARS:
             raise BadArguments(f"Error: the pattern is longer than {MAX_PATTERN_CHARS} characters.")
@@ -206,8 +216,16 @@ def render(
     width = len(str(total_lines))
     limit = max(0, min(budget_tokens, limits.max_result_tokens))
     body, clipped = _fit(content, starts, shown, width, header, limit, limits, counter, encoding)
-    returned = len(body)
     notes: list[str] = []
+    if args.pattern is not None and len(body) < len(shown):
+        # The matches with their context do not fit: the matching lines alone (long ones
+        # clipped shorter) say more than a cut-off context.
+        tight = replace(limits, max_line_chars=min(limits.max_line_chars, _TIGHT_LINE_CHARS))
+        alone, clipped_alone = _fit(content, starts, hits, width, header, limit, tight, counter, encoding)
+        if len(alone) > sum(1 for line in body if _number(line) in hits):
+            body, clipped, shown, limits = alone, clipped_alone, hits, tight
+            notes.append("Matching lines only, without context, to fit the context window.")
+    returned = len(body)
     if clipped:
         notes.append(f"{clipped} long line(s) clipped at {limits.max_line_chars} characters.")
     outcome = "ok"
@@ -229,6 +247,14 @@ def render(
 
 # Tokens kept for the notes that follow the lines.
 _NOTES_TOKENS = 80
+# A matching line shown without context is clipped at this many characters.
+_TIGHT_LINE_CHARS = 400
+
+
+def _number(numbered: str) -> int:
+    """The line index of a numbered result line (``  12| text`` -> 11)."""
+    head = numbered.split("|", 1)[0].strip()
+    return int(head) - 1 if head.isdigit() else -1
 
 
 def _fit(

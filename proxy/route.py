@@ -59,6 +59,8 @@ class Outgoing:
     requested: int = 0
     # A Messages body's thinking settings (its stale-thinking binding needs a beta header).
     thinking: Any = None
+    # The session's saved outputs (a read of handle "*" searches them all).
+    handles: tuple[str, ...] = ()
 
 
 class CompactingRoute:
@@ -207,6 +209,7 @@ class CompactingRoute:
             outgoing.window = self.windows.window_for(compacted.head.get("model"))
             outgoing.requested = dialect.answer_tokens(view_body)
             outgoing.reserve = max(policy_reserve(policy), outgoing.requested)
+            outgoing.handles = tuple(outcome.checkpoint.handles)
             outgoing.thinking = outgoing.loop_body.get("thinking") if name == "anthropic" else None
             return outgoing
         if mode == "enforce" and view_body is not None:
@@ -275,6 +278,7 @@ class CompactingRoute:
         window: int,
         reserve: int,
         requested: int,
+        handles: tuple[str, ...] = (),
     ) -> LoopDriver:
         loop = ReadLoop(
             body,
@@ -284,6 +288,7 @@ class CompactingRoute:
             reserve=reserve,
             limits=self.loop_limits,
             requested=requested,
+            handles=handles,
         )
         return LoopDriver(
             loop,
@@ -326,6 +331,7 @@ class CompactingRoute:
             window=outgoing.window,
             reserve=outgoing.reserve,
             requested=outgoing.requested,
+            handles=outgoing.handles,
         )
         first = len(outgoing.loop_body.get("messages") or []) if dialect == "anthropic" else 0
         outgoing.loop_body = None  # the loop owns it now

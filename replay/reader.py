@@ -1,8 +1,9 @@
 """The scripted reader: the recorded upstream playing a model that reads saved outputs back.
 
 At a question point whose view lacks some evidence, the reader answers as a model would that
-knows what it is looking for: it calls ``read_tool_output`` on every handle the view names
-(several calls per answer, as many rounds as the proxy allows), each call searching with a
+knows what it is looking for: it first searches every saved output at once (handle ``*``), then
+calls ``read_tool_output`` on every handle the view names (several calls per answer, as many
+rounds as the proxy allows), each call searching with a
 ``pattern`` for the missing evidence lines and for the handles a saved text names (a
 transcript names the one before it, a cut ledger the complete one), so it follows them in
 the next round. Whatever the proxy answers is what counts: evidence is *read back* only when
@@ -24,6 +25,8 @@ from policies.conversation import Message, message_text
 from policies.handles import PATTERN
 
 READ_TOOL = "read_tool_output"
+# The handle that searches every saved output of the conversation at once.
+SEARCH_ALL = "*"
 # Reads per answer: the proxy's own default limit (``read_tool.max_calls_per_answer``).
 CALLS_PER_ANSWER = 8
 # The longest evidence prefix searched for (a pattern is at most 500 characters).
@@ -37,10 +40,11 @@ def _literal(text: str) -> str:
     return _META.sub(r"\\\1", text)
 
 
-def search_pattern(evidence: Sequence[str]) -> str:
-    """One pattern for the missing evidence lines (their first characters) and handle mentions."""
+def search_pattern(evidence: Sequence[str], *, handles: bool = True) -> str:
+    """One pattern for the missing evidence lines (their first characters) and, with
+    ``handles``, handle mentions (to follow them)."""
     parts = [_literal(item.strip().splitlines()[0][:_SEARCH_CHARS]) for item in evidence if item.strip()]
-    return "|".join([*dict.fromkeys(parts), r"handle=out_[0-9a-f]{16}"])
+    return "|".join([*dict.fromkeys(parts), *([r"handle=out_[0-9a-f]{16}"] if handles else [])])
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class Reader:
     rounds: int = 0
     no_room: int = 0
     started: bool = False
+    searched: bool = False
     _call_ids: set[str] = field(default_factory=set)
 
     def found(self) -> list[str]:
@@ -72,10 +77,17 @@ class Reader:
             self._take_results(messages)
         if not self.missing or len(self.found()) == len(self.missing):
             return None
-        if READ_TOOL not in tools or not self.pending:
+        if READ_TOOL not in tools or not (self.pending or not self.searched):
             return None
-        batch, self.pending = self.pending[:CALLS_PER_ANSWER], self.pending[CALLS_PER_ANSWER:]
-        pattern = search_pattern([m for m in self.missing if m not in self.found()])
+        wanted = [m for m in self.missing if m not in self.found()]
+        if not self.searched:
+            # First one search across every saved output (handle "*"), as a model that knows
+            # the line it wants would ask; then handle by handle.
+            self.searched = True
+            batch, pattern = [SEARCH_ALL], search_pattern(wanted, handles=False)
+        else:
+            batch, self.pending = self.pending[:CALLS_PER_ANSWER], self.pending[CALLS_PER_ANSWER:]
+            pattern = search_pattern(wanted)
         calls = []
         for handle in batch:
             call_id = f"call_read_{self.calls}"

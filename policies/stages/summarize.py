@@ -140,7 +140,11 @@ def landing_fact(view: View, ctx: Context, target: int, fact: SummarizeFact) -> 
     )
     fact = msgspec.structs.replace(fact, target_missed=why)
     if request > read_ceiling(ctx):
+        first = not view.checkpoint.no_read_room_reported
+        view.checkpoint = replace(view.checkpoint, no_read_room_reported=True)
         fact = msgspec.structs.replace(
-            fact, no_read_room=f"{ctx.window - request} tokens free, less than the read room {ctx.read_room}"
+            fact,
+            no_read_room=f"{ctx.window - request} tokens free, less than the read room {ctx.read_room}",
+            no_read_room_first=first,
         )
     return fact

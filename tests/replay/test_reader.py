@@ -1,4 +1,5 @@
-"""The scripted reader: reads every handle a view names with a search for the missing evidence
+"""The scripted reader: first one search of every saved output (handle "*"), then every handle a
+view names with a search for the missing evidence
 (and for the handles a saved text names, followed in the next round); evidence counts as read
 back only from what the proxy's read results hold."""
 
@@ -23,7 +24,12 @@ def test_the_reader_reads_named_handles_then_follows_what_the_results_name() -> 
     handles = [f"out_{i:016x}" for i in range(CALLS_PER_ANSWER + 2)]
     view = "summary " + " ".join(f"handle={h}" for h in handles)
     reader = Reader(("Ran 2 tests in 0.182s",))
-    first = reader.answer([], ["read_tool_output", "bash"], view)
+    search = reader.answer([], ["read_tool_output", "bash"], view)
+    assert search is not None and len(search["tool_calls"]) == 1
+    args = orjson.loads(search["tool_calls"][0]["function"]["arguments"])
+    assert args == {"handle": "*", "pattern": r"Ran 2 tests in 0\.182s"}
+    nothing = [{"role": "tool", "tool_call_id": search["tool_calls"][0]["id"], "content": "matches in 0."}]
+    first = reader.answer([search, *nothing], ["read_tool_output", "bash"], view)
     assert first is not None and len(first["tool_calls"]) == CALLS_PER_ANSWER
     args = orjson.loads(first["tool_calls"][0]["function"]["arguments"])
     assert args["handle"] == handles[0] and "Ran 2 tests" in args["pattern"]
@@ -50,7 +56,7 @@ def test_the_reader_reads_named_handles_then_follows_what_the_results_name() -> 
     ]
     assert reader.answer([second, *found], ["read_tool_output"], view) is None
     assert reader.found() == ["Ran 2 tests in 0.182s"]
-    assert reader.figures() == {"read_calls": CALLS_PER_ANSWER + 3, "read_rounds": 2, "no_room_reads": 0}
+    assert reader.figures() == {"read_calls": CALLS_PER_ANSWER + 4, "read_rounds": 3, "no_room_reads": 0}
 
 
 def test_nothing_is_read_when_the_evidence_is_visible_or_the_tool_is_not_offered() -> None:
