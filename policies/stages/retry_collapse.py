@@ -20,6 +20,7 @@ from policies.facts import RetryCollapseFact
 from policies.handles import mention, new_handle
 from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
+from policies.transcript import build_transcript
 
 
 class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -72,6 +73,7 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                         handle = new_handle(text)
                         view.offloads[handle] = Offload(handle, text, describe(action[0], action[1], text))
                         saved.append(mention(handle))
+                words = _attempts_saved(view, [a[0] for a in chain[:-1]])
                 first_error = next(
                     (
                         line.strip()
@@ -83,7 +85,7 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 notes[chain[-1][1]] = (
                     f"[Retry note: {len(chain) - 1} earlier attempt(s) of this action failed and were "
                     f"collapsed; first failure: {first_error[:200]}; their outputs are saved "
-                    f"({', '.join(saved)}): read them with read_tool_output]\n"
+                    f"({', '.join(saved)}){words}: read them with read_tool_output]\n"
                 )
             run_start = position
         if not drop:
@@ -108,3 +110,16 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         view.facts.retry_collapse = RetryCollapseFact(chains=len(notes), dropped_messages=len(drop))
         view.decided = True
         return view
+
+
+def _attempts_saved(view: View, steps: list[Step]) -> str:
+    """The collapsed attempts whole (what the agent wrote and called, and what came back), saved
+    under one handle: a decision the agent wrote in a failed attempt is never only in a summary.
+    Returns the note's words naming it."""
+    indices = [i for step in steps for i in range(step.start, step.end)]
+    transcript = build_transcript([view.messages[i] for i in indices], [view.origin[i] for i in indices])
+    if transcript is None:
+        return ""
+    handle = transcript.record.handle
+    view.offloads[handle] = Offload(handle, transcript.text, "the collapsed attempts, verbatim")
+    return f"; the attempts themselves, the agent's words and calls included, under {mention(handle)}"

@@ -251,10 +251,18 @@ def test_figure_5_retry_collapse_offloading_and_step_aware_cut() -> None:
     assert "not found 6" not in seen and "not found 7" not in seen
     # The collapsed attempts' outputs are saved, and the note names their handles.
     collapsed = [
-        h for h, o in outcome.offloads.items() if "not found 6" in o.content or "not found 7" in o.content
+        h
+        for h, o in outcome.offloads.items()
+        if ("not found 6" in o.content or "not found 7" in o.content) and "attempts" not in o.description
     ]
     assert len(collapsed) == 2
     assert all(f"handle={h}" in seen for h in collapsed)
+    # So are the attempts whole: the agent's calls (and any words it wrote) with their outputs.
+    (attempts,) = [
+        o for o in outcome.offloads.values() if o.description == "the collapsed attempts, verbatim"
+    ]
+    assert "pytest tests/test_parse.py" in attempts.content and "not found 5" in attempts.content
+    assert f"handle={attempts.handle}" in seen
     # The large S3 output was offloaded: its handle is in the summary, its content saved.
     (handle,) = [h for h, o in outcome.offloads.items() if "1 failed, 49 passed" in o.content]
     assert f"handle={handle}" in view[3]["content"]

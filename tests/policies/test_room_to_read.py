@@ -207,3 +207,34 @@ def test_a_budgeted_render_is_stable_and_cuts_lists_not_handles_first() -> None:
     again = ledger.render_within(lambda t: len(t) < 2_000)
     assert (text, limits, complete) == again
     assert complete is not None and len(text) < len(complete)
+
+
+def test_a_text_action_agent_whose_observations_are_user_messages_stays_small() -> None:
+    """smolagents' ToolCallingAgent shape, 120 steps at a 16k window: the ledger stays within its
+    budget (no observation is copied as the user's words), no view is ever over the window, and
+    the views keep the read room free."""
+    policy = build_policy("improved", "", IMPROVED)
+    system = {"role": "system", "content": "You are an expert assistant who solves tasks with tools. " * 40}
+    history: list[Any] = [system, {"role": "user", "content": "New task:\nFix the bug in parser.py."}]
+    checkpoint: Checkpoint | None = None
+    ledgers, views = [], []
+    for i in range(120):
+        function = f"{{'name': 'bash', 'arguments': 'pytest -k t{i}'}}"
+        call = f"[{{'id': 'call_{i}', 'type': 'function', 'function': {function}}}]"
+        history.append({"role": "assistant", "content": f"Thought: step {i}\nCalling tools:\n{call}"})
+        output = "\n".join(f"line {j} of output {i}: ok" for j in range(40 + (i % 7) * 20))
+        history.append({"role": "user", "content": f"Call id: call_{i}\nObservation:\n{output}"})
+        body = {"model": "gpt-4o", "messages": list(history)}
+        outcome = asyncio.run(
+            policy.apply(body, COUNTER, window=16_000, checkpoint=checkpoint, injected_tokens=200)
+        )
+        checkpoint = outcome.checkpoint
+        views.append(outcome.tokens_after)
+        summary = next((m for m in outcome.messages or [] if message_text(m).startswith("[Summary")), None)
+        if summary is not None:
+            ledgers.append(COUNTER.count_text(message_text(summary)))
+            assert "User instructions" not in message_text(summary)
+    assert ledgers and max(ledgers) <= 0.1 * 16_000 + 100
+    room = read_room_for(16_000, 1000, 0.1)
+    assert max(views) + 1024 + 200 <= 16_000 - room
+    assert max(views[-20:]) <= 0.75 * 16_000
