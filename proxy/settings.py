@@ -237,7 +237,7 @@ def _default_policies() -> dict[str, PolicySettings]:
         ],
     )
     # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
-    trigger = {"trigger": {"high": 0.8}}
+    trigger = {"trigger": {"high": 0.75}}
     # The ablation arms keep one mechanism per step: transcripts (on by default) come with `improved`.
     cut = {"target": 0.5, "retained_tail": 0.2, "prompt": "hybrid_v2"}
     message_cut = {"summarize": {**cut, "step_aware": False, "save_transcript": False}}
