@@ -53,6 +53,8 @@ _SHORT_RESULT_TOKENS = 32
 _NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
 # The room an answer's reads should have before earlier read results are withdrawn for them.
 _USEFUL_ROOM = 1000
+# What a read may take from the answer's reserve when no view leaves any read room.
+_LAST_RESORT_TOKENS = 400
 _USEFUL_ROOM_PER_CALL = 250
 _WITHDRAWN = "[This read result was withdrawn to make room for later reads"
 
@@ -138,8 +140,9 @@ class ReadLoop:
     @property
     def hard_budget(self) -> int:
         """What a round may never exceed: the window less the answer the client asked for (and
-        half the policy's reserve for counting differences). Only the short answers that tell
-        the model a read did not fit may use the room between the two budgets."""
+        half the policy's reserve for counting differences). Only short results may use the
+        room between the two budgets: a read, up to ``_LAST_RESORT_TOKENS``, when no view leaves
+        any read room, and the answers that tell the model a read did not fit."""
         return self.window - max(self.reserve // 2, self.requested)
 
     def next_request(self) -> dict[str, Any]:
@@ -173,12 +176,12 @@ class ReadLoop:
         room = (self.hard_budget if hard else self.budget) - base - len(calls) * _RESULT_OVERHEAD
         return max(0, min(self.limits.read.max_result_tokens, room // max(1, len(calls))))
 
-    def room_total(self, answer: Answer, calls: list[Any]) -> int:
+    def room_total(self, answer: Answer, calls: list[Any], *, hard: bool = False) -> int:
         """Tokens all of one answer's read results may hold together (uncapped per result)."""
         base = self.dialect.count(
             self.dialect.add_round(self.body, answer, [(c, "") for c in calls]), self.counter
         )
-        return max(0, self.budget - base - len(calls) * _RESULT_OVERHEAD)
+        return max(0, (self.hard_budget if hard else self.budget) - base - len(calls) * _RESULT_OVERHEAD)
 
     def add_round(self, answer: Answer, results: list[tuple[Any, str]]) -> None:
         self.result.rounds += 1
@@ -234,6 +237,13 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
     loop.make_room(answer, calls)
     # The reads share the room by need: "no room" only when not even one short result fits.
     room = loop.room_total(answer, calls)
+    last_resort = False
+    if room < _MIN_READ_TOKENS:
+        # The smallest view leaves no read room (a system prompt, tools and task that fill the
+        # window): a short read may still use part of the answer's reserve, the answer keeping
+        # at least half of it, rather than be refused. The read tool goes after it.
+        room = min(_LAST_RESORT_TOKENS, loop.room_total(answer, calls, hard=True))
+        last_resort = room >= _MIN_READ_TOKENS
     if room < _MIN_READ_TOKENS:
         # No room for content: every call still gets a short answer when that fits the window,
         # and the next round goes without the read tool.
@@ -260,7 +270,7 @@ async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[A
         loop.result.reads.append(outcome.outcome)
         loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
         results.append((call, outcome.text))
-    if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS:
+    if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS or last_resort:
         loop.exhausted = True
     loop.add_round(answer, results)
 

@@ -131,3 +131,16 @@ def test_a_search_whose_context_does_not_fit_shows_the_matching_lines_alone() ->
     )
     shown = [line for line in result.text.splitlines() if "| MATCH" in line]
     assert len(shown) >= 4 and "Matching lines only" in result.text
+
+
+async def test_with_no_read_room_at_all_a_short_read_may_use_half_the_answers_reserve(store: Any) -> None:
+    """A system prompt, tools and task that fill the window: a short search still answers,
+    within half the answer's reserve, and the read tool goes after it."""
+    loop = loop_for(8_000, 6_930)
+    read = call("r1", handle=TEST.handle, pattern="passed")
+    assert loop.room_total(Answer(calls=[read]), [read]) < 48
+    await resolve_reads(loop, store, TENANT, [read], Answer(calls=[read]))
+    (text,) = results_of(loop)
+    assert "12 passed in 0.42s" in text
+    assert loop.exhausted and "tools" not in loop.next_request()
+    assert loop.dialect.count(loop.body, COUNTER) <= loop.hard_budget
