@@ -26,7 +26,7 @@ COUNTER = TokenCounter()
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
 TASK = {"role": "user", "content": "Fix the failing test in tests/test_parse.py"}
 IMPROVED = [
-    {"trigger": {"high": 0.8}},
+    {"trigger": {"high": 0.75}},
     {"retry_collapse": {}},
     {"offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}},
     {"summarize": {"target": 0.5, "retained_tail": 0.2}},

@@ -60,7 +60,7 @@ def test_the_knobs_of_improved_are_searched_with_its_own_values() -> None:
         "offload.min_tokens",
     }
     defaults = base_values(IMPROVED, grid)
-    assert defaults["trigger.high"] == 0.8 and defaults["summarize.target"] == 0.5
+    assert defaults["trigger.high"] == 0.75 and defaults["summarize.target"] == 0.5
     assert all(defaults[knob] in grid[knob] for knob in grid)
     assert searchable(load_settings(env={}).policies["n_latest_10"].stages) == {}
 
@@ -79,8 +79,8 @@ def test_neighbours_move_one_knob_one_step() -> None:
     defaults = base_values(IMPROVED, grid)
     moved = neighbours(Candidate("improved", ()), grid, defaults)
     assert all(len(c.knobs) == 1 for c in moved)
-    assert Candidate("improved", (("trigger.high", 0.75),)) in moved
-    assert Candidate("improved", (("trigger.high", 0.85),)) in moved
+    assert Candidate("improved", (("trigger.high", 0.7),)) in moved
+    assert Candidate("improved", (("trigger.high", 0.8),)) in moved
 
 
 def test_search_finds_the_cheapest_feasible_candidate_and_measures_each_once() -> None:
