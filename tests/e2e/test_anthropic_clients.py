@@ -106,7 +106,9 @@ def test_between_compaction_points_the_prompt_cache_keeps_hitting(
     assert run.final == f"{DONE_PREFIX} completed 40 steps"
     assert_clean(server, ROOMY)
     read = sum(s.cache_read for s in server.requests)
-    assert read / sum(s.tokens for s in server.requests) > 0.8
+    # 0.79 measured with the improved arms' 0.75 trigger (each compaction point re-sends its
+    # prefix once; the replay through this door measures the lower trigger as cheaper overall).
+    assert read / sum(s.tokens for s in server.requests) > 0.75
 
 
 @pytest.mark.parametrize("variant", ["create", "helper"])

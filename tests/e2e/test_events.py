@@ -59,7 +59,7 @@ def test_events_describe_and_reproduce_the_view(
     assert event["policy"] == "improved" and event["mode"] == "enforce" and event["model"] == "gpt-4o"
     assert len(event["policy_config_hash"]) == 16 and event["policy_version"]
     assert (
-        event["trigger"] == "threshold" and event["window"] == 8192 and event["threshold"] == int(0.8 * 8192)
+        event["trigger"] == "threshold" and event["window"] == 8192 and event["threshold"] == int(0.75 * 8192)
     )
     assert "offload" in event["mechanisms"]
     assert event["tokens_before"] == int(response.headers["x-compaction-tokens-before"])
