@@ -129,6 +129,21 @@ def is_labelled_observation(message: Any) -> bool:
     return role(message) == "user" and bool(OBSERVATION_LABEL.match(message_text(message)[:200]))
 
 
+# An assistant's acknowledgement of context a harness supplied as a user message (aider: "Ok.",
+# "Ok, I won't try and edit those files without asking first.", "Ok, any changes I propose will
+# be to those files."). Such a pair is context, not a turn of the task.
+_ACKNOWLEDGEMENT = re.compile(r"^\s*ok\b[.,!]?", re.IGNORECASE)
+_ACKNOWLEDGEMENT_CHARS = 300
+
+
+def is_acknowledgement(message: Any) -> bool:
+    """A short plain assistant reply that only acknowledges (``Ok.``, ``Ok, ...``)."""
+    if role(message) != "assistant" or tool_call_ids(message):
+        return False
+    text = message_text(message)
+    return len(text) <= _ACKNOWLEDGEMENT_CHARS and bool(_ACKNOWLEDGEMENT.match(text))
+
+
 def _uses_text_actions(messages: Sequence[Message]) -> bool:
     """Agents that write actions as text never send tool calls or tool results, write
     actions in their messages (or label what their actions produced), and answer their own
@@ -144,6 +159,10 @@ def _uses_text_actions(messages: Sequence[Message]) -> bool:
         return False
     if sum(1 for i in answers if is_labelled_observation(messages[i])) >= 2:
         return True
+    if any(is_acknowledgement(m) for m in messages):
+        # A harness that feeds context as acknowledged user messages (aider) is a chat with a
+        # person, whose fenced blocks are edits, not actions answered by observations.
+        return False
     return any(role(m) == "assistant" and _TEXT_ACTION.search(message_text(m)) for m in messages)
 
 
@@ -174,6 +193,10 @@ def parse(messages: Sequence[Message]) -> Conversation:
     last_user = -1
     first_user = -1
     preamble_only = False  # every user message so far is a harness preamble
+    # The last user message was answered by an acknowledgement before any tool work: it was
+    # context (aider's few-shot switch, repo map, file contents), and the task is still to come.
+    context_pair = False
+    worked = False  # a tool exchange or an observation has happened
     while index < count:
         message = messages[index]
         kind = role(message)
@@ -188,6 +211,7 @@ def parse(messages: Sequence[Message]) -> Conversation:
             if not answered and end < count:
                 problems.append(f"message {index}: tool calls without results: {sorted(pending)}")
             steps.append(Step(index, end, "exchange", calls, answered))
+            worked = True
             index = end
             continue
         if kind == "tool":
@@ -197,15 +221,20 @@ def parse(messages: Sequence[Message]) -> Conversation:
             if _is_observation(messages, index, text_actions) and steps and steps[-1].kind == "assistant":
                 previous = steps.pop()
                 steps.append(Step(previous.start, index + 1, "observation"))
+                worked = True
             else:
                 steps.append(Step(index, index + 1, "user"))
                 last_user = index
-                if first_user < 0 or (preamble_only and not is_harness_preamble(message)):
-                    # The task: the first user message that is not an agent harness's preamble.
+                if first_user < 0 or context_pair or (preamble_only and not is_harness_preamble(message)):
+                    # The task: the first user message that is not an agent harness's preamble
+                    # nor context it had acknowledged.
                     preamble_only = is_harness_preamble(message)
                     first_user = index
+                context_pair = False
         elif kind == "assistant":
             steps.append(Step(index, index + 1, "assistant"))
+            if not worked and index - 1 == last_user >= 0 and is_acknowledgement(message):
+                context_pair = True
         else:
             steps.append(Step(index, index + 1, "other"))
         index += 1

@@ -238,3 +238,41 @@ def test_a_text_action_agent_whose_observations_are_user_messages_stays_small() 
     room = read_room_for(16_000, 1000, 0.1)
     assert max(views) + 1024 + 200 <= 16_000 - room
     assert max(views[-20:]) <= 0.7 * 16_000
+
+
+def test_aiders_few_shot_examples_and_context_pairs_are_not_the_task() -> None:
+    """aider sends few-shot examples, then context as acknowledged user messages (the switch to
+    the real code base, the repo map, the files), then the user's request: that request is the
+    task, and the user's later messages are the user's words, never observations."""
+    fence = "```"
+    history: list[Any] = [
+        {"role": "system", "content": "Act as an expert software developer. Use SEARCH/REPLACE blocks."},
+        {"role": "user", "content": "Change get_factorial() to use math.factorial"},
+        {
+            "role": "assistant",
+            "content": f"mathweb/app.py\n{fence}python\n<<<<<<< SEARCH\n=======\n>>>>>>> REPLACE\n{fence}",
+        },
+        {"role": "user", "content": "I switched to a new code base. Please don't consider the above files."},
+        {"role": "assistant", "content": "Ok."},
+        {
+            "role": "user",
+            "content": "Here are summaries of some files present in my git repository: parser.py",
+        },
+        {"role": "assistant", "content": "Ok, I won't try and edit those files without asking first."},
+        {"role": "user", "content": "Fix the off-by-one in parser.py's tokenize()."},
+        {
+            "role": "assistant",
+            "content": f"parser.py\n{fence}python\n<<<<<<< SEARCH\ni + 1\n=======\ni\n>>>>>>> REPLACE\n"
+            + fence,
+        },
+        {"role": "user", "content": "Also keep the public API unchanged."},
+        {
+            "role": "assistant",
+            "content": f"parser.py\n{fence}python\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n{fence}",
+        },
+    ]
+    conversation = parse(history)
+    assert not conversation.text_actions
+    assert conversation.first_user == 7 and conversation.last_user == 9
+    ledger = build_ledger(history, 8, len(history))
+    assert [w.text for w in ledger.user_words] == ["Also keep the public API unchanged."]
