@@ -29,6 +29,8 @@ from proxy.summarizer import OpenAISummarizer
 from proxy.token_factors import ScaledWindows
 
 Headers = list[tuple[bytes, bytes]]
+# A provider's scheme, host and port.
+Origin = tuple[str, str, int]
 
 
 @dataclass(slots=True)
@@ -93,6 +95,13 @@ class CompactionService:
         # A policy without stages keeps no session state: named only if its events are recorded.
         return bool(policy.stages) or self.record_skipped
 
+    def _summarizer_key(self, headers: Headers, client_origin: Origin | None) -> str | None:
+        """The client's bearer credential, for a model summarizer at the very provider the
+        client addressed; None otherwise (the summarizer's own key, or none, is used then)."""
+        if self.summarizer is None or not self.summarizer.takes_key_for(client_origin):
+            return None
+        return bearer_key(headers)
+
     async def compact(
         self,
         neutral: dict[str, Any],
@@ -101,8 +110,11 @@ class CompactionService:
         tenant: str,
         headers: Headers,
         skipped: str | None,
+        client_origin: Origin | None = None,
     ) -> Compacted:
-        """A request of ordinary size, compacted on the event loop."""
+        """A request of ordinary size, compacted on the event loop. ``client_origin``: the
+        scheme, host and port of the provider the client's request addressed (its credential
+        is for that upstream only)."""
         encoding = self.counter.encoding_for(neutral.get("model"))
         if not self.counter.is_loaded(encoding):
             # Another model family's encoding: loaded once, off the event loop.
@@ -139,20 +151,34 @@ class CompactionService:
             skipped=skipped,
         )
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute
+            effective, headers, tenant, session, resolution, compacted, compute, client_origin
         )
         return compacted
 
     async def compact_large(
-        self, body: bytes, *, dialect: str, policy: Policy, tenant: str, headers: Headers
+        self,
+        body: bytes,
+        *,
+        dialect: str,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        client_origin: Origin | None = None,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for both phases:
         it keeps the parsed body between them)."""
         async with self.large.worker() as worker:
-            return await self._compact_in(worker, body, dialect, policy, tenant, headers)
+            return await self._compact_in(worker, body, dialect, policy, tenant, headers, client_origin)
 
     async def _compact_in(
-        self, worker: LargeWorker, body: bytes, dialect: str, policy: Policy, tenant: str, headers: Headers
+        self,
+        worker: LargeWorker,
+        body: bytes,
+        dialect: str,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        client_origin: Origin | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
@@ -189,14 +215,14 @@ class CompactionService:
                 checkpoint=checkpoint,
                 injected_tokens=self.injected_tokens(encoding),
                 session=session,
-                client_key=bearer_key(headers),
+                client_key=self._summarizer_key(headers, client_origin),
                 skip=skip,
             )
             outcome, compacted.view_body = computed.outcome()
             return outcome
 
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute
+            effective, headers, tenant, session, resolution, compacted, compute, client_origin
         )
         if compacted.view_body is not None:
             compacted.head = compacted.view_body
@@ -245,6 +271,7 @@ class CompactionService:
         resolution: Resolution | None,
         compacted: Compacted,
         compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
+        client_origin: Origin | None = None,
     ) -> PolicyOutcome:
         """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
         from its checkpoint; store what it offloaded and keep its next checkpoint."""
@@ -257,7 +284,9 @@ class CompactionService:
             if checkpoint is None and resolution is not None:
                 checkpoint = await self._inherited(tenant, resolution, policy.name, compacted)
             summarizer = (
-                self.summarizer.for_session(session, bearer_key(headers)) if self.summarizer else None
+                self.summarizer.for_session(session, self._summarizer_key(headers, client_origin))
+                if self.summarizer
+                else None
             )
             outcome = await compute(checkpoint, summarizer)
             if outcome.offloads:

@@ -167,10 +167,12 @@ class CompactingRoute:
             return outgoing
         dialect = self.dialects[name]
         tenant = tenant_of(headers)
+        # The client's credential is for the provider its request addressed, and only there.
+        origin = (provider.base.scheme, provider.base.host, provider.base.port)
         parsed = None
         if self.service.large.wants(body):
             compacted = await self.service.compact_large(
-                body, dialect=name, policy=policy, tenant=tenant, headers=headers
+                body, dialect=name, policy=policy, tenant=tenant, headers=headers, client_origin=origin
             )
         else:
             data, lenient = parse_json(body)
@@ -182,7 +184,12 @@ class CompactingRoute:
                 parsed.notes["restored_read_rounds"] = restored
             skipped = parsed.skipped or self._agent_compaction(headers, parsed)
             compacted = await self.service.compact(
-                parsed.neutral, policy=policy, tenant=tenant, headers=headers, skipped=skipped
+                parsed.neutral,
+                policy=policy,
+                tenant=tenant,
+                headers=headers,
+                skipped=skipped,
+                client_origin=origin,
             )
             compacted.stream, compacted.notes, compacted.head = parsed.stream, parsed.notes, parsed.body
         outcome = compacted.outcome

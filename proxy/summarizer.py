@@ -63,17 +63,25 @@ class OpenAISummarizer:
         # summarizer on another host only if configured there explicitly (summarizer.api_key).
         self.same_host = settings.base_url is None or _origin(settings.base_url) == _origin(base_url)
         self.api_key = settings.api_key or (api_key if self.same_host else None)
+        self.origin = _origin(settings.base_url or base_url)
         self.calls = 0
         self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
 
+    def takes_key_for(self, client_origin: tuple[str, str, int] | None) -> bool:
+        """Whether a client's credential, presented for the upstream at ``client_origin`` (the
+        provider its request addressed), may go to this summarizer: only to that same scheme,
+        host and port. An Anthropic token never goes to an OpenAI host, whatever the config."""
+        return client_origin is not None and client_origin == self.origin
+
     def for_session(self, session: str, client_key: str | None = None) -> SessionSummarizer:
         """The summarizer for one session; without a configured key it uses the key of the
-        client whose request is being compacted."""
+        client whose request is being compacted (the caller passes it only when
+        ``takes_key_for`` the provider the client addressed)."""
         breaker = self._breakers.pop(session, None) or _Breaker()
         self._breakers[session] = breaker
         while len(self._breakers) > 10_000:
             self._breakers.popitem(last=False)
-        return SessionSummarizer(self, breaker, self.api_key or (client_key if self.same_host else None))
+        return SessionSummarizer(self, breaker, self.api_key or client_key)
 
     async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
         limit = self.settings.max_input_tokens
