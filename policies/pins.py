@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from policies.conversation import OPAQUE_ROLE, Message, message_text, parse, role
 
@@ -16,7 +16,9 @@ class Pins:
     named tools (with their calls), and messages whose text matches one of the patterns."""
 
     tools: frozenset[str] = frozenset()
-    patterns: tuple[re.Pattern[str], ...] = ()
+    # Compiled with RE2 (``build_pins``): matching time is linear in the text, so no pattern
+    # a configuration holds can stall the proxy on a hostile message.
+    patterns: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.tools or self.patterns)

@@ -15,12 +15,12 @@ between two compactions the prefix the upstream sees only grows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import msgspec
+import re2
 
 from policies.conversation import Message, parse, system_prefix_end
 from policies.digests import Digests
@@ -382,14 +382,28 @@ def _build_stage(policy: str, index: int, stage: object) -> Stage:
     return built
 
 
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 8 << 20  # RE2 falls back to a slower, still linear engine past this
+    return options
+
+
 def build_pins(policy: str, tools: Sequence[str] = (), patterns: Sequence[str] = ()) -> Pins:
+    r"""Pin patterns run on RE2, as reads do: linear time whatever the pattern, so a plausible
+    ``^(\s*\w+)*:\s*Error`` cannot freeze the proxy; what RE2 cannot compile (backreferences,
+    lookaround) stops the start with the policy and the pattern named."""
     compiled = []
     for pattern in patterns:
         try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
+            compiled.append(re2.compile(pattern, _re2_options()))
+        except re2.error as exc:
+            detail = (
+                exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            )
             raise PolicyConfigError(
-                f"policies.{policy}.pins.patterns: {pattern!r} is not a valid regex: {exc}"
+                f"policies.{policy}.pins.patterns: {pattern!r} is not a valid RE2 regular expression "
+                f"({detail}; no backreferences or lookaround)"
             ) from exc
     return Pins(tools=frozenset(tools), patterns=tuple(compiled))
 
