@@ -179,7 +179,15 @@ class CompactingRoute:
             restored = 0
             if name == "anthropic" and isinstance(data, dict):
                 data, restored = await self.hidden.restore(tenant, data)
-            parsed = dialect.parse(data, lenient)
+            try:
+                parsed = dialect.parse(data, lenient)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+                # A shape no adapter reads (a wrong type deep in an item, nesting past the
+                # serializer's limit): forwarded exactly as sent, never a 500; the upstream's own
+                # error answers it, and the header says why the policy was not applied.
+                exchange.skipped = f"unreadable {name} body ({type(exc).__name__})"
+                route_headers.append((b"x-compaction-skipped", exchange.skipped.encode("ascii", "replace")))
+                return outgoing
             if restored:
                 parsed.notes["restored_read_rounds"] = restored
             skipped = parsed.skipped or self._agent_compaction(headers, parsed)

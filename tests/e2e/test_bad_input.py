@@ -3,6 +3,7 @@ a clear OpenAI-style error or passed through, never a 500, under `full` and unde
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -182,3 +183,68 @@ def test_hostile_requests_never_get_a_500(start_proxy: Any, upstream: FakeUpstre
     refused = {name for name, status in outcomes.items() if status == 400}
     assert {"empty body", "json array", "invalid utf-8", "messages missing", "messages string"} <= refused
     assert "unknown top-level fields" not in refused and "orphan tool result" not in refused
+
+
+def _deep_tool_result(depth: int) -> dict[str, Any]:
+    inner: dict[str, Any] = {"type": "text", "text": "x"}
+    for _ in range(depth):
+        inner = {"type": "tool_result", "tool_use_id": "t", "content": [inner]}
+    return inner
+
+
+DOOR_CORPUS: dict[str, tuple[str, dict[str, Any]]] = {
+    "responses call_id as a list": (
+        "/responses",
+        {
+            "model": "gpt-4o",
+            "input": [
+                {"type": "message", "role": "user", "content": "hi"},
+                {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": ["c1"], "output": "x"},
+            ],
+        },
+    ),
+    "messages tool_result nested 300 deep": (
+        "/messages",
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "b", "input": {}}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": [_deep_tool_result(300)]}
+                    ],
+                },
+            ],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOOR_CORPUS))
+@pytest.mark.parametrize("policy", ["full", "improved"])
+def test_junk_on_the_other_doors_is_forwarded_as_sent(
+    start_proxy: Any, upstream: FakeUpstream, name: str, policy: str
+) -> None:
+    """Shapes the Responses and Messages adapters cannot read go upstream byte for byte (the
+    upstream's own error answers them), never a 500; the header says why."""
+    proxy = start_proxy({"context_windows": {"default": 2048}})
+    path, payload = DOOR_CORPUS[name]
+    content = json.dumps(payload).encode()  # orjson refuses to write nesting this deep
+    response = httpx.post(
+        proxy.base_url + path,
+        content=content,
+        headers={
+            "content-type": "application/json",
+            "x-compaction-policy": policy,
+            "anthropic-version": "2023-06-01",
+        },
+        timeout=60,
+    )
+    assert response.status_code < 500, (name, response.status_code, response.text[:300])
+    assert upstream.requests and upstream.requests[-1].body == content
+    if policy != "full":
+        assert response.headers["x-compaction-skipped"].startswith("unreadable")
