@@ -11,7 +11,7 @@ import structlog
 from proxy.errors import ProxyError
 from proxy.settings import UpstreamSettings
 from proxy.transport import AiohttpTransport
-from proxy.upstream_errors import Failure, describe
+from proxy.upstream_errors import Failure, classify, describe
 
 # Failures are rare: a lazy logger (it follows the configuration, and tests' capture) is enough.
 _log = structlog.get_logger("compaction_proxy")
@@ -134,4 +134,9 @@ def _log_failure(failure: Failure, code: str, request_id: str | None) -> None:
 
 
 def failure_kind(exc: httpx.HTTPError) -> str:
-    return "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_unreachable"
+    """The error code a client gets: ``upstream_timeout``; ``upstream_reset`` when the upstream
+    was reached but closed the connection before its answer (a stream cut before any byte
+    included); else ``upstream_unreachable``."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "upstream_timeout"
+    return "upstream_reset" if classify(exc)[0] == "reset" else "upstream_unreachable"

@@ -140,7 +140,7 @@ async def test_chat_is_forwarded_with_headers_and_bytes(client: httpx.AsyncClien
     ("failure", "status", "code"),
     [
         (httpx.ConnectError("refused sk-leak"), 502, "upstream_unreachable"),
-        (httpx.RemoteProtocolError("closed sk-leak"), 502, "upstream_unreachable"),
+        (httpx.RemoteProtocolError("closed sk-leak"), 502, "upstream_reset"),
         (httpx.ReadTimeout("slow sk-leak"), 504, "upstream_timeout"),
         (httpx.ConnectTimeout("slow sk-leak"), 504, "upstream_timeout"),
     ],

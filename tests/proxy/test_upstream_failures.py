@@ -186,7 +186,11 @@ async def assert_reported(
 async def test_failure_names_upstream_and_reason(
     tmp_path: Path, http_client: str, server: Handler | None, scheme: str, reason: str, words: str
 ) -> None:
-    status, code = (504, "upstream_timeout") if reason == "read_timeout" else (502, "upstream_unreachable")
+    status, code = {
+        "read_timeout": (504, "upstream_timeout"),
+        # Reached, then cut before the answer: named as such, not as unreachable.
+        "reset": (502, "upstream_reset"),
+    }.get(reason, (502, "upstream_unreachable"))
     async with AsyncExitStack() as stack:
         port = free_port() if server is None else await stack.enter_async_context(listener(server))
         upstream = f"{scheme}://127.0.0.1:{port}"
