@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import sqlite3
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -89,11 +90,39 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+def check_sqlite_file(path: Path) -> None:
+    """An existing database file must open as SQLite: a corrupt one stops the start with one
+    line saying how to go on (it is never set aside silently: its outputs may be recoverable)."""
+    if not path.exists():
+        return
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        try:
+            connection.execute("PRAGMA schema_version").fetchone()
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return  # another process holds it: the store waits, and fails open, at run time
+        raise PreflightError(_corrupt(path, exc)) from exc
+    except sqlite3.DatabaseError as exc:
+        raise PreflightError(_corrupt(path, exc)) from exc
+
+
+def _corrupt(path: Path, exc: Exception) -> str:
+    return (
+        f"the SQLite store {path.resolve()} cannot be read ({exc}); move it aside "
+        f"(mv {path} {path}.corrupt) to start with an empty store, or restore it from a backup"
+    )
+
+
 def check_store(settings: Settings, timeout: float = 3.0) -> None:
     store = settings.store
     if store.backend == "sqlite":
         if store.path:
             check_state_dir(str(Path(store.path).parent))
+        check_sqlite_file(Path(store.path) if store.path else Path(settings.state_dir) / "compaction.db")
         return
     import redis
 

@@ -84,6 +84,21 @@ def test_an_unwritable_state_dir_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert "state directory" in line and "not writable" in line and "state_dir" in line
 
 
+def test_a_corrupt_database_at_start_is_one_line_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "var"
+    state.mkdir(mode=0o700)
+    garbage = b"not a database, but an operator's data all the same\n" * 200
+    (state / "compaction.db").write_bytes(garbage)
+    path = tmp_path / "my.yml"
+    path.write_text(f"state_dir: {state}\n")
+    assert main(["serve", "--config", str(path), "--port", str(free_port())]) == 1
+    line = one_line_failure(capsys.readouterr().err)
+    assert "compaction.db cannot be read" in line and "move it aside" in line
+    assert (state / "compaction.db").read_bytes() == garbage  # never set aside or rewritten silently
+
+
 def test_redact_url_keeps_everything_but_the_password() -> None:
     assert redact_url("redis://user:pw@host:6380/2") == "redis://user:***@host:6380/2"
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
