@@ -285,7 +285,10 @@ def make_store(settings: Settings) -> Store:
         from proxy.store_redis import RedisStore
 
         return RedisStore(settings.store.redis_url, settings.store.keep_days * 86_400)
-    return SQLiteStore(settings.store.path or Path(settings.state_dir) / "compaction.db")
+    return SQLiteStore(
+        settings.store.path or Path(settings.state_dir) / "compaction.db",
+        busy_timeout=settings.store.busy_timeout_seconds,
+    )
 
 
 def app_from_environment() -> ProxyApp:

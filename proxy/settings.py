@@ -162,6 +162,9 @@ class StoreSettings(_Section, frozen=True):
     path: str | None = None
     keep_days: Annotated[float, msgspec.Meta(gt=0)] = 7.0
     expiry_interval_seconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
+    # SQLite: how long a statement waits for another process's lock before the request goes
+    # on uncompacted (fail open).
+    busy_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 1.0
 
 
 class ReadToolSettings(_Section, frozen=True):

@@ -100,8 +100,12 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 class SQLiteStore:
     """``Store`` on SQLite (WAL). One connection, owned by one worker thread."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, busy_timeout: float = 1.0) -> None:
         self.path = Path(path)
+        # How long a statement waits for another process's lock: short, so that a request
+        # whose store write is blocked goes on uncompacted (fail open) within about a second
+        # instead of holding the agent's step for SQLite's default wait.
+        self.busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._local = threading.local()
         # Handles known to be stored, per tenant: content already stored is not written again.
@@ -114,7 +118,7 @@ class SQLiteStore:
             # Created owner-only before SQLite opens it: its -wal and -shm files are created
             # with the database file's permissions, so they are owner-only from the start too.
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA)

@@ -117,3 +117,26 @@ async def test_events_filter_by_tenant_session_and_time(store: SQLiteStore) -> N
     assert [e["event_id"] for e in await store.events("t", since=3.0)] == ["e3", "e4"]
     assert len(await store.events(None)) == 6
     await store.close()
+
+
+async def test_a_database_another_process_locks_fails_within_about_a_second(tmp_path: Path) -> None:
+    """A write blocked by another process's lock gives up after the busy timeout (1 s by
+    default), so the compaction service fails open instead of holding the request."""
+    import sqlite3
+    import time
+
+    store = SQLiteStore(tmp_path / "state" / "c.db")
+    await store.put_outputs("t_a", [OUTPUT])
+    holder = sqlite3.connect(tmp_path / "state" / "c.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.perf_counter()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await store.put_outputs("t_a", [Offload("out_2", "other", "x")])
+        assert time.perf_counter() - started < 3.0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await store.put_outputs("t_a", [Offload("out_2", "other", "x")])  # works again once released
+    assert (await store.get_output("t_a", "out_2")) is not None
+    await store.close()
