@@ -261,6 +261,8 @@ def loop_limits(settings: Settings) -> LoopLimits:
             max_result_tokens=reads.max_result_tokens,
         ),
         timeout_seconds=reads.timeout_seconds,
+        max_response_bytes=settings.upstream.max_response_bytes,
+        max_event_bytes=settings.upstream.max_event_bytes,
     )
 
 

@@ -20,8 +20,28 @@ from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
 from proxy.read_loop import LoopResult, ReadLoop, resolve_reads
 from proxy.response_writer import ResponseWriter
+from proxy.sse_framer import EventTooLarge, SSEFramer
 from proxy.store import Store
 from proxy.upstream import Upstream, failure_kind, stream_failure, upstream_failure
+
+
+class ResponseTooLarge(Exception):
+    """A JSON answer past the limit: read no further."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an answer larger than {limit} bytes")
+
+
+async def read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The whole body, or ``ResponseTooLarge`` as soon as it passes ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ResponseTooLarge(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
@@ -94,6 +114,18 @@ class LoopDriver:
                 await self._run_stream()
             else:
                 await self._run_json()
+        except (ResponseTooLarge, EventTooLarge) as exc:
+            # A hostile or broken upstream: bounded memory, a clean and named error, by the
+            # one failure rule (a status before the response started, an error event after).
+            self.result.error = "upstream_too_large"
+            await self.writer.fail(
+                ProxyError(
+                    502,
+                    f"The upstream sent {exc} during a read_tool_output round.",
+                    type="upstream_error",
+                    code="upstream_too_large",
+                )
+            )
         except httpx.HTTPError as exc:
             request_id = self.request_id.decode()
             if self.writer.started:
@@ -116,7 +148,7 @@ class LoopDriver:
 
     async def _refused(self, response: httpx.Response) -> None:
         """A round answered with an error status: relayed if nothing was sent yet."""
-        raw = await response.aread()
+        raw = await read_capped(response, self.loop.limits.max_response_bytes)
         self.result.status = response.status_code
         if not self.writer.started:
             await self.writer.respond(response.status_code, _round_headers(response, self.request_id), raw)
@@ -133,7 +165,7 @@ class LoopDriver:
                 if response.status_code != 200:
                     await self._refused(response)
                     return
-                raw = await response.aread()
+                raw = await read_capped(response, self.loop.limits.max_response_bytes)
             finally:
                 await response.aclose()
                 self.result.upstream_seconds += time.perf_counter() - started
@@ -171,14 +203,13 @@ class LoopDriver:
                 if not self.writer.started:
                     self.writer.start(200, _round_headers(response, self.request_id), streaming=True)
                 stream = self.dialect.codec(self.writer)
-                buffer = b""
+                framer = SSEFramer(self.loop.limits.max_event_bytes)
                 async for chunk in response.stream:  # type: ignore[union-attr]
-                    buffer += chunk
-                    *events, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
-                    for event in events:
+                    for event in framer.feed(chunk):
                         await stream.take(event)
-                if buffer.strip():
-                    await stream.take(buffer)
+                rest = framer.rest()
+                if rest.strip():
+                    await stream.take(rest)
             finally:
                 await response.aclose()
                 self.result.upstream_seconds += time.perf_counter() - started

@@ -75,6 +75,9 @@ class LoopLimits:
     max_total_bytes: int = 262_144
     read: ReadLimits = field(default_factory=ReadLimits)
     timeout_seconds: float = 5.0
+    # What an upstream's answer to a read round may be at most: a JSON body, one stream event.
+    max_response_bytes: int = 64 << 20
+    max_event_bytes: int = 16 << 20
 
 
 @dataclass

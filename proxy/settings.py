@@ -91,6 +91,10 @@ class UpstreamSettings(_Section, frozen=True):
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
     max_keepalive_connections: Annotated[int, msgspec.Meta(ge=0)] = 128
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    # What the proxy reads of an upstream's answer to its own read_tool_output rounds: a JSON
+    # body and one event of a stream at most (past them: a clean 502 upstream_too_large).
+    max_response_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = 64 << 20
+    max_event_bytes: Annotated[int, msgspec.Meta(ge=1 << 16)] = 16 << 20
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.base_url):

@@ -245,3 +245,40 @@ def test_a_stream_at_the_round_limit_never_hands_the_agent_a_read(
                 finishes.append(choice.finish_reason)
     assert text == "Let me look. " and calls == 0 and finishes == ["stop"]
     assert "tools" not in upstream.requests[-1].json()
+
+
+HOSTILE_CONFIG = {
+    **CONFIG,
+    "upstream": {"max_response_bytes": 1 << 20, "max_event_bytes": 1 << 16},
+}
+
+
+def huge_json_round(request: Recorded) -> Reply:
+    """A read round answered with a JSON body far past the limit (one long string)."""
+    return Reply(body=b'{"choices": [{"message": {"content": "' + b"x" * (8 << 20) + b'"}}]}')
+
+
+def huge_event_round(request: Recorded) -> Reply:
+    """A read round answered with one event that never ends (a 4 MB line, no blank line)."""
+    return Reply(kind="sse", chunks=[b"data: " + b"y" * (4 << 20)], done=False)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hostile_answer_to_a_read_round_is_a_clean_named_error(
+    start_proxy: Any, upstream: FakeUpstream, stream: bool
+) -> None:
+    """Bounded memory and a named error: a JSON answer past upstream.max_response_bytes, or one
+    stream event past upstream.max_event_bytes, ends the request by the one failure rule."""
+    proxy = start_proxy(HOSTILE_CONFIG)
+    upstream.queue(Reply(dynamic=silent_read), Reply(dynamic=huge_event_round if stream else huge_json_round))
+    client = sdk(proxy)
+    with pytest.raises(openai.APIError) as raised:
+        if stream:
+            for _ in client.chat.completions.create(model="m", messages=history(), stream=True):
+                pass
+        else:
+            client.chat.completions.create(model="m", messages=history())
+    assert "larger than" in str(raised.value)
+    if not stream:
+        assert isinstance(raised.value, openai.APIStatusError) and raised.value.status_code == 502
+        assert raised.value.body["code"] == "upstream_too_large"  # type: ignore[index]
