@@ -57,7 +57,9 @@ class _Block:
         self.kind = str(start.get("type"))
         self.read = read
         self.data = dict(start)
-        self.json = ""  # input_json_delta parts
+        # Deltas kept as parts and joined once, when the block finishes (no quadratic copies).
+        self.json_parts: list[str] = []  # input_json_delta parts
+        self._parts: dict[str, list[str]] = {"text": [], "thinking": []}
         self.events: list[dict[str, Any]] = []
         self.done = False
         self.index: int | None = None  # the client's index, once relayed
@@ -66,25 +68,31 @@ class _Block:
         """Apply a delta; the text it adds, if any."""
         kind = delta.get("type")
         if kind == "text_delta" and isinstance(delta.get("text"), str):
-            self.data["text"] = self.data.get("text", "") + delta["text"]
+            self._parts["text"].append(delta["text"])
             return str(delta["text"])
         if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-            self.json += delta["partial_json"]
+            self.json_parts.append(delta["partial_json"])
         elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
-            self.data["thinking"] = self.data.get("thinking", "") + delta["thinking"]
+            self._parts["thinking"].append(delta["thinking"])
         elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
             self.data["signature"] = delta["signature"]
         elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
             citations = self.data.get("citations")
             # A text block may open with ``"citations": null``.
-            self.data["citations"] = [*(citations if isinstance(citations, list) else []), delta["citation"]]
+            if not isinstance(citations, list):
+                citations = self.data["citations"] = []
+            citations.append(delta["citation"])
         return ""
 
     def finish(self) -> None:
         self.done = True
-        if self.json:
+        for key, parts in self._parts.items():
+            if parts:
+                self.data[key] = str(self.data.get(key) or "") + "".join(parts)
+                parts.clear()
+        if self.json_parts:
             try:
-                self.data["input"] = orjson.loads(self.json)
+                self.data["input"] = orjson.loads("".join(self.json_parts))
             except orjson.JSONDecodeError:
                 self.data["input"] = {}
 
@@ -97,13 +105,20 @@ class AnthropicStream:
         self.is_read_call = is_read_call
         self.relay: Relay = writer.stream_state.setdefault("anthropic", Relay(writer))
         self.blocks: dict[int, _Block] = {}
-        self.text = ""
+        self._text: list[str] = []  # joined on demand (no quadratic copies)
         self.usage: dict[str, Any] | None = None
         self.complete = False
         self.error: Any = None
         self._delta: dict[str, Any] | None = None
         self._pending: list[_Block] = []  # thinking waiting for the block after it
         self._holding = False  # a block of this round is held: so is every later one
+
+    @property
+    def text(self) -> str:
+        """The round's text so far (parts joined once per read)."""
+        if len(self._text) > 1:
+            self._text = ["".join(self._text)]
+        return self._text[0] if self._text else ""
 
     async def take(self, event: bytes) -> None:
         data = _data(event)
@@ -152,7 +167,7 @@ class AnthropicStream:
         if block is None:
             return
         if kind == "content_block_delta" and isinstance(payload.get("delta"), dict):
-            self.text += block.add(payload["delta"])
+            self._text.append(block.add(payload["delta"]))
         elif kind == "content_block_stop":
             block.finish()
         if block.read:

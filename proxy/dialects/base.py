@@ -64,7 +64,11 @@ class Answer:
 class StreamCodec(Protocol):
     """One upstream round's event stream, as the client should see it."""
 
-    text: str
+    @property
+    def text(self) -> str:
+        """The text the round wrote so far."""
+        ...
+
     usage: dict[str, Any] | None
     complete: bool  # the answer finished (its final event arrived)
     error: Any  # the upstream ended the stream with its own error event

@@ -179,12 +179,21 @@ class ChatStream:
         self.held: list[bytes] = []
         self.closing: list[bytes] = []
         self.preamble: list[bytes] = []
-        self.text = ""
+        # Parts joined on demand: a round of 100,000 tiny deltas must not copy a growing string
+        # 100,000 times.
+        self._text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.complete = False
         self.error: Any = None
         self._usage_event: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}
+        self._call_parts: dict[int, tuple[list[str], list[str]]] = {}  # name, arguments
+
+    @property
+    def text(self) -> str:
+        if len(self._text) > 1:
+            self._text = ["".join(self._text)]
+        return self._text[0] if self._text else ""
 
     async def take(self, event: bytes) -> None:
         data = _data(event)
@@ -224,7 +233,7 @@ class ChatStream:
             return
         content = delta.get("content") if isinstance(delta, dict) else None
         if isinstance(content, str):
-            self.text += content
+            self._text.append(content)
         if not content and not self.writer.started:
             self.preamble.append(event)
             return
@@ -232,21 +241,28 @@ class ChatStream:
 
     def _merge(self, part: dict[str, Any]) -> None:
         index = part.get("index", 0)
+        slot = index if isinstance(index, int) else 0
         call = self._calls.setdefault(
-            index if isinstance(index, int) else 0,
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            slot, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
         )
+        names, arguments = self._call_parts.setdefault(slot, ([], []))
         if part.get("id"):
             call["id"] = part["id"]
         function = part.get("function")
         if isinstance(function, dict):
-            call["function"]["name"] += function.get("name") or ""
-            call["function"]["arguments"] += function.get("arguments") or ""
+            names.append(function.get("name") or "")
+            arguments.append(function.get("arguments") or "")
 
     def items(self) -> list[Any]:
         return []  # a chat round's calls and text are all ``add_round`` needs
 
     def calls(self) -> list[Any]:
+        for slot, (names, arguments) in self._call_parts.items():
+            function = self._calls[slot]["function"]
+            function["name"] += "".join(names)
+            function["arguments"] += "".join(arguments)
+            names.clear()
+            arguments.clear()
         return [self._calls[i] for i in sorted(self._calls)]
 
     async def _relay(self, event: bytes) -> None:

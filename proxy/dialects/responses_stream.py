@@ -70,12 +70,19 @@ class ResponsesStream:
         self.is_read_call = is_read_call
         self.relay: Relay = writer.stream_state.setdefault("responses", Relay(writer))
         self._items: dict[int, _Item] = {}
-        self.text = ""
+        self._text: list[str] = []  # joined on demand (no quadratic copies)
         self.usage: dict[str, Any] | None = None
         self.complete = False
         self.error: Any = None
         self._completed: dict[str, Any] | None = None
         self._pending_reasoning: list[int] = []
+
+    @property
+    def text(self) -> str:
+        """The round's text so far (parts joined once per read)."""
+        if len(self._text) > 1:
+            self._text = ["".join(self._text)]
+        return self._text[0] if self._text else ""
 
     async def take(self, event: bytes) -> None:
         data = _data(event)
@@ -118,7 +125,7 @@ class ResponsesStream:
         if kind == "response.output_item.done" and isinstance(payload.get("item"), dict):
             item.done = payload["item"]
         if kind == "response.output_text.delta" and isinstance(payload.get("delta"), str):
-            self.text += payload["delta"]
+            self._text.append(payload["delta"])
         if item.read:
             return
         if item.index is not None:

@@ -54,3 +54,46 @@ def test_many_tiny_deltas_cost_one_pass() -> None:
         for piece in (event[:7], event[7:]):
             count += len(framer.feed(piece))
     assert count == 100_000 and time.perf_counter() - started < 5.0
+
+
+class _Writer:
+    started = True
+    stream_state: dict[str, object] = {}
+
+    async def write(self, data: bytes) -> None:
+        pass
+
+
+def test_a_stream_of_tiny_deltas_is_accumulated_in_linear_time() -> None:
+    """400 KB of text and of tool arguments in 4-byte deltas: the codec keeps parts and joins
+    them once (attribute strings grown with += copied the whole text on every delta)."""
+    import asyncio
+
+    import orjson
+
+    from proxy.dialects.chat import ChatStream
+
+    stream = ChatStream(_Writer())  # type: ignore[arg-type]
+    text = [b"data: " + orjson.dumps({"choices": [{"delta": {"content": "abcd"}}]}) for _ in range(100_000)]
+    call = {"index": 0, "id": "c1", "function": {"name": "bash", "arguments": ""}}
+    args = [
+        b"data: "
+        + orjson.dumps(
+            {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "wxyz"}}]}}]}
+        )
+        for _ in range(100_000)
+    ]
+    first = b"data: " + orjson.dumps({"choices": [{"delta": {"tool_calls": [call]}}]})
+
+    async def feed() -> None:
+        for event in text:
+            await stream.take(event)
+        await stream.take(first)
+        for event in args:
+            await stream.take(event)
+
+    started = time.perf_counter()
+    asyncio.run(feed())
+    assert stream.text == "abcd" * 100_000
+    assert stream.calls()[0]["function"]["arguments"] == "wxyz" * 100_000
+    assert time.perf_counter() - started < 10.0
