@@ -218,6 +218,7 @@ class CompactingRoute:
             and outcome.messages is not None
             and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
             and names_a_handle(outcome.messages)
+            and not _several_streamed_choices(view_body)
         ):
             outgoing.content = b""
             outgoing.loop_body = dialect.with_read_tool(view_body, self.read_max_lines)
@@ -409,3 +410,10 @@ class CompactingRoute:
         finally:
             await response.aclose()
         return response.status_code, raw
+
+
+def _several_streamed_choices(body: dict[str, Any]) -> bool:
+    """A stream of ``n`` > 1 choices: the read tool is not offered (each choice would need its
+    own read rounds inside one interleaved stream); the view still names its handles."""
+    n = body.get("n")
+    return body.get("stream") is True and isinstance(n, int) and not isinstance(n, bool) and n > 1

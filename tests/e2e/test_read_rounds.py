@@ -282,3 +282,18 @@ def test_a_hostile_answer_to_a_read_round_is_a_clean_named_error(
     if not stream:
         assert isinstance(raised.value, openai.APIStatusError) and raised.value.status_code == 502
         assert raised.value.body["code"] == "upstream_too_large"  # type: ignore[index]
+
+
+def test_a_stream_of_several_choices_is_never_offered_the_read_tool(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """``n: 2`` with ``stream: true``: both choices would have to read inside one interleaved
+    stream, so the tool is not offered and nothing of it can reach the client."""
+    proxy = start_proxy(CONFIG)
+    upstream.queue(Reply(kind="sse", chunks=[chunk("fine", role=True), chunk(None, finish="stop")]))
+    response = sdk(proxy).chat.completions.create(model="m", messages=history(), stream=True, n=2)
+    text = "".join(c.choices[0].delta.content or "" for c in response if c.choices)
+    assert text == "fine"
+    sent = upstream.requests[-1].json()
+    assert "read_tool_output" not in orjson.dumps(sent.get("tools") or []).decode()
+    assert "handle=out_" in orjson.dumps(sent["messages"]).decode()  # the view still names them
