@@ -126,8 +126,13 @@ def _lenient_int(digits: str) -> int | str:
     return int(digits) if len(digits) <= 4000 else digits
 
 
+class NestedTooDeep(Exception):
+    """A body nested deeper than either parser reads: forwarded as sent, never compacted."""
+
+
 def parse_json(body: bytes) -> tuple[Any, bool]:
-    """The parsed body, and whether only Python's lenient parser could read it."""
+    """The parsed body, and whether only Python's lenient parser could read it. A body nested
+    deeper than both parsers go raises ``NestedTooDeep`` (the caller forwards it as sent)."""
     try:
         return orjson.loads(body), False
     except orjson.JSONDecodeError:
@@ -135,7 +140,9 @@ def parse_json(body: bytes) -> tuple[Any, bool]:
         # Python's parser reads; such a request is still forwarded, but as the client sent it.
         try:
             return json.loads(body, parse_int=_lenient_int), True
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        except RecursionError as exc:
+            raise NestedTooDeep() from exc
+        except (ValueError, UnicodeDecodeError) as exc:
             raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
 
 

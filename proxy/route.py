@@ -24,7 +24,15 @@ from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.anthropic import binding_headers
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
-from proxy.exchange import Body, Exchange, ShadowCompare, dump_json, kept_for_event, parse_json
+from proxy.exchange import (
+    Body,
+    Exchange,
+    NestedTooDeep,
+    ShadowCompare,
+    dump_json,
+    kept_for_event,
+    parse_json,
+)
 from proxy.forwarding import header_value
 from proxy.hidden_rounds import HiddenRounds
 from proxy.loop_driver import LoopDriver
@@ -171,23 +179,24 @@ class CompactingRoute:
         origin = (provider.base.scheme, provider.base.host, provider.base.port)
         parsed = None
         if self.service.large.wants(body):
-            compacted = await self.service.compact_large(
-                body, dialect=name, policy=policy, tenant=tenant, headers=headers, client_origin=origin
-            )
+            try:
+                compacted = await self.service.compact_large(
+                    body, dialect=name, policy=policy, tenant=tenant, headers=headers, client_origin=origin
+                )
+            except (NestedTooDeep, *_UNREADABLE) as exc:
+                return _as_sent(outgoing, exchange, route_headers, _why_unreadable(name, exc))
         else:
-            data, lenient = parse_json(body)
+            try:
+                data, lenient = parse_json(body)
+            except NestedTooDeep as exc:
+                return _as_sent(outgoing, exchange, route_headers, _why_unreadable(name, exc))
             restored = 0
             if name == "anthropic" and isinstance(data, dict):
                 data, restored = await self.hidden.restore(tenant, data)
             try:
                 parsed = dialect.parse(data, lenient)
-            except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
-                # A shape no adapter reads (a wrong type deep in an item, nesting past the
-                # serializer's limit): forwarded exactly as sent, never a 500; the upstream's own
-                # error answers it, and the header says why the policy was not applied.
-                exchange.skipped = f"unreadable {name} body ({type(exc).__name__})"
-                route_headers.append((b"x-compaction-skipped", exchange.skipped.encode("ascii", "replace")))
-                return outgoing
+            except _UNREADABLE as exc:
+                return _as_sent(outgoing, exchange, route_headers, _why_unreadable(name, exc))
             if restored:
                 parsed.notes["restored_read_rounds"] = restored
             skipped = parsed.skipped or self._agent_compaction(headers, parsed)
@@ -417,3 +426,21 @@ def _several_streamed_choices(body: dict[str, Any]) -> bool:
     own read rounds inside one interleaved stream); the view still names its handles."""
     n = body.get("n")
     return body.get("stream") is True and isinstance(n, int) and not isinstance(n, bool) and n > 1
+
+
+# What an adapter raises on a shape it cannot read (a wrong type deep in an item, nesting past
+# the serializer's limit). Such a body is forwarded exactly as sent, never a 500: the upstream's
+# own error answers it, and the header says why the policy was not applied.
+_UNREADABLE = (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError)
+
+
+def _why_unreadable(dialect: str, exc: BaseException) -> str:
+    if isinstance(exc, NestedTooDeep):
+        return "JSON nested too deep to read"
+    return f"unreadable {dialect} body ({type(exc).__name__})"
+
+
+def _as_sent(outgoing: Outgoing, exchange: Exchange, route_headers: Headers, why: str) -> Outgoing:
+    exchange.skipped = why
+    route_headers.append((b"x-compaction-skipped", why.encode("ascii", "replace")))
+    return outgoing

@@ -248,3 +248,23 @@ def test_junk_on_the_other_doors_is_forwarded_as_sent(
     assert upstream.requests and upstream.requests[-1].body == content
     if policy != "full":
         assert response.headers["x-compaction-skipped"].startswith("unreadable")
+
+
+def test_json_nested_far_deeper_than_any_parser_goes_is_forwarded_as_sent(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """10^5 levels: neither parser reads it; the README's promise holds all the same (forwarded
+    exactly as sent, the upstream's own parser answers), never a 400 of the proxy's own."""
+    proxy = start_proxy({"policy": "improved", "context_windows": {"default": 2048}})
+    content = (
+        b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "x": ' + nested(100_000) + b"}"
+    )
+    response = httpx.post(
+        proxy.base_url + "/chat/completions",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert response.status_code < 500
+    assert upstream.requests and upstream.requests[-1].body == content
+    assert response.headers["x-compaction-skipped"] == "JSON nested too deep to read"
