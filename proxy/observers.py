@@ -166,7 +166,11 @@ class TokenCalibration:
         tools = bool(exchange.dialect_notes.get("tools", True)) or exchange.reads is not None
         # Images and documents are estimates: their requests would teach the factor a wrong ratio.
         sample = reported and not exchange.dialect_notes.get("media")
-        ratio = self.factors.observe(exchange.model, counted, reported, tools) if sample else None
+        ratio = (
+            self.factors.observe(exchange.model, counted, reported, tools, tenant=exchange.tenant)
+            if sample
+            else None
+        )
         fixed = self.factors.fixed_for(exchange.model) if tools else 0
         exchange.token_count = {
             "counted": counted,

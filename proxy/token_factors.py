@@ -8,6 +8,12 @@ the 90th percentile of the last ratios of a model (requests of at least ``min_to
 fixed overheads do not dominate) plus a small margin, bounded; models and samples are bounded
 too, and the samples are kept in a file so a restart does not start cold.
 
+**No tenant steers another's window.** Samples are kept per tenant (each tenant's last
+``samples`` ratios, at most ``max_tenants`` tenants per model), each tenant's 90th percentile is
+taken, and the model's factor is the median of those: whatever one tenant's requests report, a
+model seen by three or more tenants keeps a factor inside the range the others give (with one
+tenant, that tenant's own; with two, at most half way), always within ``bounds``.
+
 A model's count also has a fixed part no message holds: Anthropic adds a tool-use system prompt
 of 346 tokens to every request that declares tools (``FIXED_TOKENS``). It is taken off the
 reported count before the ratio, and off the window: the estimate is ``n * factor + fixed``.
@@ -22,6 +28,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import statistics
 import tempfile
 from collections import deque
 from collections.abc import Mapping
@@ -45,6 +52,7 @@ class TokenFactors:
         calibrate: bool = True,
         path: Path | None = None,
         max_models: int = 256,
+        max_tenants: int = 64,
         samples: int = 32,
         min_tokens: int = 1024,
         margin: float = 0.02,
@@ -54,13 +62,15 @@ class TokenFactors:
         self.calibrate = calibrate
         self.path = path
         self.max_models = max_models
+        self.max_tenants = max_tenants
         self.samples = samples
         self.min_tokens = min_tokens
         self.margin = margin
         self.bounds = bounds
         self._fixed_patterns = tuple(FIXED_TOKENS.items())
         self._default: dict[str, float | None] = {}
-        self._ratios: dict[str, deque[float]] = {}
+        # model -> tenant -> that tenant's last ratios
+        self._ratios: dict[str, dict[str, deque[float]]] = {}
         self._calibrated: dict[str, float] = {}
         self.dirty = False
 
@@ -91,9 +101,11 @@ class TokenFactors:
             return 1.0
         return self._calibrated.get(model, default) if isinstance(model, str) else default
 
-    def observe(self, model: object, counted: int, reported: int, tools: bool = True) -> float | None:
+    def observe(
+        self, model: object, counted: int, reported: int, tools: bool = True, tenant: str = ""
+    ) -> float | None:
         """One answer's reported prompt tokens for a view the proxy counted: the ratio taken
-        into the model's calibration, or None when it is not used."""
+        into the model's calibration (among ``tenant``'s samples), or None when it is not used."""
         if not self.calibrate or self.default_for(model) is None or not isinstance(model, str):
             return None
         if counted < self.min_tokens or reported <= 0:
@@ -102,26 +114,33 @@ class TokenFactors:
         low, high = self.bounds
         if not low <= ratio <= high:
             return None  # a reported count this far off is not a tokenizer difference
-        samples = self._ratios.get(model)
-        if samples is None:
-            if len(self._ratios) >= self.max_models:
-                oldest = next(iter(self._ratios))
-                self._ratios.pop(oldest)
-                self._calibrated.pop(oldest, None)
-            samples = self._ratios[model] = deque(maxlen=self.samples)
-        samples.append(ratio)
+        self._samples(model, tenant).append(ratio)
         self._update(model)
         self.dirty = True
         return ratio
 
+    def _samples(self, model: str, tenant: str) -> deque[float]:
+        tenants = self._ratios.get(model)
+        if tenants is None:
+            if len(self._ratios) >= self.max_models:
+                oldest = next(iter(self._ratios))
+                self._ratios.pop(oldest)
+                self._calibrated.pop(oldest, None)
+            tenants = self._ratios[model] = {}
+        samples = tenants.pop(tenant, None)
+        if samples is None:
+            samples = deque(maxlen=self.samples)
+            while len(tenants) >= self.max_tenants:
+                tenants.pop(next(iter(tenants)))
+        tenants[tenant] = samples  # most recently seen last
+        return samples
+
     def _update(self, model: str) -> None:
-        samples = self._ratios[model]
-        if len(samples) < MIN_SAMPLES:
+        per_tenant = [_p90(s) for s in self._ratios[model].values() if len(s) >= MIN_SAMPLES]
+        if not per_tenant:
             return
-        ordered = sorted(samples)
-        p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
         low, high = self.bounds
-        self._calibrated[model] = min(high, max(low, p90 * (1 + self.margin)))
+        self._calibrated[model] = min(high, max(low, statistics.median(per_tenant) * (1 + self.margin)))
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """Per model: the factor in use, the configured one, and the samples behind it."""
@@ -129,10 +148,11 @@ class TokenFactors:
             model: {
                 "factor": round(self.factor(model), 4),
                 "default": self.default_for(model),
-                "samples": len(samples),
-                "last_ratio": round(samples[-1], 4) if samples else None,
+                "samples": sum(len(s) for s in tenants.values()),
+                "tenants": len(tenants),
+                "last_ratio": round(next(reversed(tenants.values()))[-1], 4) if tenants else None,
             }
-            for model, samples in self._ratios.items()
+            for model, tenants in self._ratios.items()
         }
 
     def load(self) -> None:
@@ -146,11 +166,21 @@ class TokenFactors:
         if not isinstance(ratios, dict):
             return
         for model, values in list(ratios.items())[: self.max_models]:
-            if not isinstance(model, str) or not isinstance(values, list):
+            if not isinstance(model, str) or self.default_for(model) is None:
                 continue
-            kept = [v for v in values if isinstance(v, int | float) and self.bounds[0] <= v <= self.bounds[1]]
-            if kept and self.default_for(model) is not None:
-                self._ratios[model] = deque(kept[-self.samples :], maxlen=self.samples)
+            # A file written before samples were kept per tenant holds one list: one tenant.
+            by_tenant = {"": values} if isinstance(values, list) else values
+            if not isinstance(by_tenant, dict):
+                continue
+            for tenant, samples in list(by_tenant.items())[-self.max_tenants :]:
+                if not isinstance(tenant, str) or not isinstance(samples, list):
+                    continue
+                kept = [
+                    v for v in samples if isinstance(v, int | float) and self.bounds[0] <= v <= self.bounds[1]
+                ]
+                if kept:
+                    self._samples(model, tenant).extend(kept[-self.samples :])
+            if model in self._ratios:
                 self._update(model)
 
     def save(self) -> None:
@@ -158,7 +188,9 @@ class TokenFactors:
         if self.path is None or not self.dirty:
             return
         self.dirty = False
-        data = orjson.dumps({"ratios": {m: list(s) for m, s in self._ratios.items()}})
+        data = orjson.dumps(
+            {"ratios": {m: {t: list(s) for t, s in tenants.items()} for m, tenants in self._ratios.items()}}
+        )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".token_factors.")
@@ -167,6 +199,11 @@ class TokenFactors:
             os.replace(temporary, self.path)
         except OSError:
             self.dirty = True
+
+
+def _p90(samples: deque[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 class ScaledWindows(ContextWindows):

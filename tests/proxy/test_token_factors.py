@@ -102,3 +102,31 @@ def test_the_observer_learns_from_answers_but_not_from_estimated_media() -> None
         "reported": 11_346,
         "ratio": 1.1,
     }
+
+
+def test_one_tenant_cannot_steer_the_factor_others_are_counted_with(tmp_path: Path) -> None:
+    """Three tenants report ratios near 1.2; a fourth floods the model with 1.6: the factor
+    stays where the others put it (the median of each tenant's 90th percentile)."""
+    factors = TokenFactors({"claude-*": 1.3}, path=tmp_path / "factors.json")
+    for tenant in ("t_a", "t_b", "t_c"):
+        for ratio in (1.19, 1.2, 1.21, 1.2):
+            factors.observe("claude-x", 10_000, round(10_000 * ratio), tools=False, tenant=tenant)
+    steady = factors.factor("claude-x")
+    assert 1.2 < steady < 1.25
+    for _ in range(500):
+        factors.observe("claude-x", 10_000, 16_000, tools=False, tenant="t_hostile")
+    assert factors.factor("claude-x") == pytest.approx(steady, abs=0.01)
+    # Samples survive a restart per tenant, and so does the factor.
+    factors.save()
+    again = TokenFactors({"claude-*": 1.3}, path=tmp_path / "factors.json")
+    again.load()
+    assert again.factor("claude-x") == pytest.approx(steady, abs=0.01)
+    assert again.snapshot()["claude-x"]["tenants"] == 4
+
+
+def test_a_file_from_before_per_tenant_samples_still_loads(tmp_path: Path) -> None:
+    path = tmp_path / "factors.json"
+    path.write_text(json.dumps({"ratios": {"claude-x": [1.4, 1.41, 1.39, 1.4]}}))
+    factors = TokenFactors({"claude-*": 1.3}, path=path)
+    factors.load()
+    assert factors.factor("claude-x") == pytest.approx(1.41 * 1.02, abs=0.01)
