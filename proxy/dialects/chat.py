@@ -169,6 +169,11 @@ def _as_stop(event: bytes) -> bytes:
     return b"data: " + orjson.dumps(chunk)
 
 
+# A round's first characters of text are held until the round shows it is not a read round
+# (it ends, or writes more than this): short preambles of read rounds never reach the client.
+HELD_TEXT_CHARS = 400
+
+
 class ChatStream:
     """One upstream SSE stream as the client should see it: text relayed at once, tool-call
     deltas, the finishing chunk, usage and ``[DONE]`` held until the calls are known. An empty
@@ -188,6 +193,9 @@ class ChatStream:
         self._usage_event: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}
         self._call_parts: dict[int, tuple[list[str], list[str]]] = {}  # name, arguments
+        self._text_held: list[bytes] = []
+        self._held_chars = 0
+        self._streaming_text = False
 
     @property
     def text(self) -> str:
@@ -236,6 +244,19 @@ class ChatStream:
             self._text.append(content)
         if not content and not self.writer.started:
             self.preamble.append(event)
+            return
+        if content and not self._streaming_text:
+            # The first words of a round are held: a round that turns out to read saved outputs
+            # ("Checking a saved output first.") never shows them, streamed or not, so clients
+            # that parse the final text (structured output) see the same answer either way.
+            self._text_held.append(event)
+            self._held_chars += len(content)
+            if self._held_chars <= HELD_TEXT_CHARS:
+                return
+            self._streaming_text = True
+            held, self._text_held = self._text_held, []
+            for early in held:
+                await self._relay(early)
             return
         await self._relay(event)
 
@@ -294,8 +315,8 @@ class ChatStream:
         return kept
 
     async def finish(self, total_usage: dict[str, int]) -> None:
-        # The held preamble goes first (``_relay`` sends it before any event).
-        for event in (*self._without_internal(), *self.closing):
+        # The held preamble goes first (``_relay`` sends it before any event), then held text.
+        for event in (*self._text_held, *self._without_internal(), *self.closing):
             await self._relay(event)
         for early in self.preamble:
             await self.writer.write(early + b"\n\n")

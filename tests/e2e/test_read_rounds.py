@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from policies.tokens import TokenCounter
-from tests.fake_upstream import FakeUpstream, Recorded, Reply, chunk, completion
+from tests.fake_upstream import FakeUpstream, Recorded, Reply, chunk, completion, text_stream
 
 pytestmark = pytest.mark.e2e
 
@@ -169,8 +169,20 @@ def stream_read_then(request: Recorded) -> Reply:
     }
     return Reply(
         kind="sse",
-        chunks=[chunk("", role=True), chunk("Let me look. "), call, chunk(None, finish="tool_calls")],
+        chunks=[chunk("", role=True), chunk(PREAMBLE), call, chunk(None, finish="tool_calls")],
     )
+
+
+# Text a read round writes before its call: short, it is held back and never reaches the client;
+# longer than what the proxy holds (HELD_TEXT_CHARS), the stream has started with it.
+PREAMBLE = "Let me look. "
+LONG_PREAMBLE = "Let me look. " + "I will check the saved output for the failing test first. " * 8
+
+
+def stream_long_read_then(request: Recorded) -> Reply:
+    reply = stream_read_then(request)
+    reply.chunks[1] = chunk(LONG_PREAMBLE)
+    return reply
 
 
 def silent_read(request: Recorded) -> Reply:
@@ -200,14 +212,37 @@ def test_a_failed_round_after_text_is_an_error_in_the_stream(
     start_proxy: Any, upstream: FakeUpstream, failure: Reply
 ) -> None:
     proxy = start_proxy(CONFIG)
-    upstream.queue(Reply(dynamic=stream_read_then), failure)
+    upstream.queue(Reply(dynamic=stream_long_read_then), failure)
     stream = sdk(proxy).chat.completions.create(model="m", messages=history(), stream=True)
     text = ""
     with pytest.raises(openai.APIError):
         for part in stream:
             for choice in part.choices:
                 text += choice.delta.content or ""
-    assert text.startswith("Let me look. ")
+    assert text.startswith(LONG_PREAMBLE)
+
+
+def test_a_read_rounds_short_preamble_reaches_no_client_streamed_or_not(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """ "Let me look." before a read call: dropped in both modes, so a client that parses the
+    final text (structured output) gets the same answer streamed or not."""
+    proxy = start_proxy(CONFIG)
+    upstream.queue(
+        Reply(dynamic=stream_read_then), Reply(kind="sse", chunks=text_stream(['{"ok": ', "true}"]))
+    )
+    parts = sdk(proxy).chat.completions.create(model="m", messages=history(), stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in parts if c.choices)
+
+    def json_read_then(request: Recorded) -> Reply:
+        handle = HANDLE.findall(request.body.decode())[0]
+        return Reply(body=completion(PREAMBLE, tool_calls=[read_call(handle, "r1", num_lines=5)]))
+
+    upstream.queue(Reply(dynamic=json_read_then), Reply(body=completion('{"ok": true}')))
+    whole = sdk(proxy).chat.completions.create(model="m", messages=history()).choices[0].message.content
+    assert streamed == whole == '{"ok": true}'
+    # The model itself saw its words: they go back with its read call in the next round.
+    assert PREAMBLE in orjson.dumps(upstream.requests[1].json()["messages"]).decode()
 
 
 def test_a_failed_round_before_any_text_keeps_its_real_status(

@@ -56,6 +56,8 @@ READ_EVERY = 1
 UNLIMITED = 10_000_000
 CLIENT_TIMEOUT = 60.0
 PREAMBLE = "Let me look at the saved output first. "
+# Longer than the first words of a round the proxy holds back (proxy.dialects.chat.HELD_TEXT_CHARS).
+LONG_PREAMBLE = PREAMBLE * 12
 LEDGER_MARK = "## State ledger"
 # The ledger test's window. At 6000 every command is still listed (steps the window has no room
 # for are folded into the summary, not dropped), but the newest ones of mini-swe-agent's run can
@@ -115,8 +117,9 @@ def _failure_cases() -> Iterator[Any]:
         yield pytest.param(client, Failure("status", 429), None, id=f"{name}-http429")
         yield pytest.param(client, Failure("reset", after_chunks=2), None, id=f"{name}-reset")
         if client.stream:
-            # The read call's answer already streamed text to the client when the next round fails.
-            yield pytest.param(client, Failure("status", 500), PREAMBLE, id=f"{name}-http500-after-text")
+            # The read call's answer already streamed text to the client when the next round fails
+            # (a preamble longer than the proxy holds back, so the stream has started).
+            yield pytest.param(client, Failure("status", 500), LONG_PREAMBLE, id=f"{name}-http500-after-text")
 
 
 @pytest.fixture(autouse=True)
