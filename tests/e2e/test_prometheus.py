@@ -99,7 +99,9 @@ def test_prometheus_scrapes_the_expected_series(
         3,
     )
     query(url, 'compaction_proxy_requests_total{route="chat",status_class="4xx"}', 1)
-    query(url, 'sum(compaction_proxy_compactions_total{policy="improved",trigger="threshold"})', 2)
+    # Offload, summarize (the whole request, the answer's reserve included, is brought to the
+    # target) and verify guidance; five outputs and the summary's transcript saved.
+    query(url, 'sum(compaction_proxy_compactions_total{policy="improved",trigger="threshold"})', 3)
     query(url, 'compaction_proxy_tokens_saved_total{policy="improved",mode="enforce"}', saved)
-    query(url, 'compaction_proxy_outputs_offloaded_total{policy="improved"}', 5)
+    query(url, 'compaction_proxy_outputs_offloaded_total{policy="improved"}', 6)
     query(url, 'compaction_proxy_context_tokens_before_count{policy="full"}', 3)
