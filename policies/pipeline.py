@@ -250,7 +250,8 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
     sticky = bool(checkpoint.placeholders or checkpoint.dropped)
     for index in range(start, len(original)):
         message = original[index]
-        if sticky and message.get("role") in ("tool", "user", "assistant"):
+        # A junk entry (null, a string) is never one the checkpoint replaced: it goes as it is.
+        if sticky and isinstance(message, dict) and message.get("role") in ("tool", "user", "assistant"):
             digest = digests.at(index, message)
             if digest in checkpoint.dropped:
                 continue
