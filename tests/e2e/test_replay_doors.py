@@ -17,7 +17,7 @@ from replay.run import RunOptions, run_replay
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows
 FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
 
 

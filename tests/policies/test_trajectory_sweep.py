@@ -17,7 +17,7 @@ from proxy.settings import Settings, policy_specs
 from replay.rows import iter_rows, row_messages, row_tools
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows
 FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
 DATA = SAMPLE if SAMPLE.exists() else FIXTURE
 ROWS = list(iter_rows(DATA))

@@ -28,7 +28,7 @@ from tests.policies.conversations import conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "fixtures" / "clients"
-SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows
 DATA = SAMPLE if SAMPLE.exists() else ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
 COUNTER = TokenCounter()
 POLICIES = build_policies(policy_specs(Settings()))

@@ -13,7 +13,7 @@ from replay.cases import Case, Rejected, build_case, build_cases
 from replay.rows import iter_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT.parent / "shared" / "data" / "trajectories.jsonl"
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows
 FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
 PAD = {"content": None, "name": None, "role": None, "tool_call_id": None, "tool_calls": None}
 
