@@ -81,6 +81,36 @@ def _add_offloads(view: View, previous: Checkpoint, saved: dict[str, tuple[str, 
             view.offloads[handle] = Offload(handle=handle, content=content, description=description)
 
 
+def _save_transcript(view: View, ledger: Ledger, replaced: list[tuple[Message, int]]) -> Ledger:
+    """The messages this summary replaces, as the view had them, saved verbatim under one
+    handle; the ledger that lists it."""
+    earlier = ledger.transcripts[-1].handle if ledger.transcripts else None
+    transcript = build_transcript(
+        [m for m, _ in replaced], [o for _, o in replaced], earlier, older=ledger.transcripts
+    )
+    if transcript is None:
+        return ledger
+    view.offloads[transcript.handle] = Offload(transcript.handle, transcript.text, transcript.description())
+    return ledger.with_transcript(transcript.record)
+
+
+async def _summarize(ctx: Context, request: SummaryRequest) -> SummaryResult:
+    """The summarizer's answer, or an empty ledger-only result when it fails."""
+    summarizer = ctx.summarizer or LedgerSummarizer()
+    started = time.perf_counter()
+    try:
+        return await summarizer.summarize(request)
+    except Exception as exc:
+        return SummaryResult(
+            text="",
+            model="ledger",
+            prompt_family="ledger",
+            seconds=time.perf_counter() - started,
+            # Only messages a summarizer marks as public are recorded: others could quote content.
+            fallback_reason=str(exc) if getattr(exc, "public", False) else f"{type(exc).__name__}",
+        )
+
+
 async def compact_range(
     view: View,
     ctx: Context,
@@ -135,16 +165,7 @@ async def compact_range(
         if o not in keep
     ]
     if ctx.transcripts:
-        # The messages this summary replaces, as the view had them, saved verbatim.
-        earlier = ledger.transcripts[-1].handle if ledger.transcripts else None
-        transcript = build_transcript(
-            [m for m, _ in replaced], [o for _, o in replaced], earlier, older=ledger.transcripts
-        )
-        if transcript is not None:
-            view.offloads[transcript.handle] = Offload(
-                transcript.handle, transcript.text, transcript.description()
-            )
-            ledger = ledger.with_transcript(transcript.record)
+        ledger = _save_transcript(view, ledger, replaced)
     handles = [*previous.handles, *view.offloads]
     ledger = ledger.with_handles(handles)
     previous_text = previous.summary.get("content") if previous.summary else None
@@ -154,19 +175,7 @@ async def compact_range(
         ledger=ledger,
         prompt_family=family,
     )
-    summarizer = ctx.summarizer or LedgerSummarizer()
-    started = time.perf_counter()
-    try:
-        result = await summarizer.summarize(request)
-    except Exception as exc:
-        result = SummaryResult(
-            text="",
-            model="ledger",
-            prompt_family="ledger",
-            seconds=time.perf_counter() - started,
-            # Only messages a summarizer marks as public are recorded: others could quote content.
-            fallback_reason=str(exc) if getattr(exc, "public", False) else f"{type(exc).__name__}",
-        )
+    result = await _summarize(ctx, request)
     if not result.text.strip() and previous_text is not None:
         # A ledger-only summary (the safeguard's fold, a failed model call) keeps the narrative
         # an earlier model summary wrote: the ledger is rebuilt, the story is not lost.
@@ -199,7 +208,11 @@ async def compact_range(
         handles=tuple(dict.fromkeys(handles)),
     )
     view.decided = True
-    view.facts.summary = SummaryFact(
+    view.facts.summary = _summary_fact(result, (start_orig, end_orig), view.checkpoint.covered_digest)
+
+
+def _summary_fact(result: SummaryResult, covered: tuple[int, int], digest: str) -> SummaryFact:
+    return SummaryFact(
         model=result.model,
         prompt_family=result.prompt_family,
         prompt_version=result.prompt_version,
@@ -207,6 +220,6 @@ async def compact_range(
         output_tokens=result.output_tokens,
         seconds=round(result.seconds, 4),
         fallback_reason=result.fallback_reason,
-        covered=(start_orig, end_orig),
-        covered_digest=view.checkpoint.covered_digest,
+        covered=covered,
+        covered_digest=digest,
     )
