@@ -8,10 +8,16 @@ view written back with every untouched item exactly as it came.
 - a run of ``reasoning``, assistant ``message`` and call items (``function_call``,
   ``custom_tool_call`` such as Codex's ``apply_patch``, ``local_shell_call``) is one assistant
   turn with its tool calls, so the reasoning stays with the calls of its turn;
+- ``item_reference`` items (a client with ``store: true``, such as the Vercel AI SDK, sends its
+  earlier reasoning and text as references to what the server stored) belong to the turn they
+  stand in: a reference to a reasoning item is only valid followed by the rest of its turn, so
+  it is kept, summarized or dropped with that turn, never left behind. An output right after a
+  turn whose call is hidden in a reference travels with that turn. References are counted
+  (``item_references``); the tokens of what they stand for are unseen here;
 - ``function_call_output``, ``custom_tool_call_output`` and ``local_shell_call_output`` are tool
   results (the protocol: every call keeps its output, and the policies never split a turn from
   its outputs);
-- any other item (server-side ``compaction``, ``item_reference``, web or file search calls,
+- any other item (server-side ``compaction``, web or file search calls,
   ...) is kept as sent, in place, pinned: never summarized, offloaded or dropped.
 
 Requests with ``previous_response_id`` or ``conversation`` continue a history the proxy cannot
@@ -46,6 +52,7 @@ _OUTPUT_OF = {
 }
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "refusal"})
 _IMAGE_PARTS = frozenset({"input_image", "image"})
+_TURN_ITEMS = frozenset({"reasoning", "item_reference"})
 INSTRUCTIONS = -1  # the source of the neutral system message ``instructions`` became
 
 
@@ -112,7 +119,23 @@ def _output_text(item: dict[str, Any]) -> str:
 
 def _is_turn_item(item: Any) -> bool:
     kind = item.get("type") if isinstance(item, dict) else None
-    return kind == "reasoning" or kind in _CALLS or (kind == "message" and item.get("role") == "assistant")
+    return kind in _TURN_ITEMS or kind in _CALLS or (kind == "message" and item.get("role") == "assistant")
+
+
+def _hidden_calls(turn: list[Any], items: list[Any], end: int, names: dict[str, str]) -> list[Message]:
+    """Neutral calls for the outputs right after a turn with references whose own call is not
+    in ``input`` (a referenced provider tool call): the output then travels with its turn."""
+    if not any(i.get("type") == "item_reference" for i in turn):
+        return []
+    calls: list[Message] = []
+    while end < len(items) and isinstance(items[end], dict) and items[end].get("type") in _OUTPUTS:
+        call_id = items[end].get("call_id")
+        if isinstance(call_id, str) and call_id and call_id not in names:
+            calls.append(
+                {"id": call_id, "type": "function", "function": {"name": "item_reference", "arguments": "{}"}}
+            )
+        end += 1
+    return calls
 
 
 def read_input(body: dict[str, Any]) -> tuple[list[Message], Sources]:
@@ -142,6 +165,7 @@ def read_input(body: dict[str, Any]) -> tuple[list[Message], Sources]:
             text = "\n".join(_text_of(i.get("content")) for i in turn if i.get("type") == "message")
             calls = [_call(i) for i in turn if i.get("type") in _CALLS]
             names.update((c["id"], c["function"]["name"]) for c in calls)
+            calls += _hidden_calls(turn, items, end, names)
             message: Message = {"role": "assistant", "content": text or None}
             if calls:
                 message["tool_calls"] = calls
@@ -167,6 +191,12 @@ def read_input(body: dict[str, Any]) -> tuple[list[Message], Sources]:
         sources.append((index,))
         index += 1
     return messages, Sources(tuple(sources), input_string=False)
+
+
+def _count_items(raw: Any, kind: str) -> int:
+    if not isinstance(raw, list):
+        return 0
+    return sum(1 for i in raw if isinstance(i, dict) and i.get("type") == kind)
 
 
 def _message_item(role: str, text: str) -> dict[str, Any]:
@@ -214,9 +244,8 @@ class ResponsesDialect:
         messages, sources = read_input(body)
         notes: dict[str, Any] = {
             "items": 0 if sources.input_string else len(raw or []),
-            "reasoning_items": sum(
-                1 for i in raw or [] if isinstance(i, dict) and i.get("type") == "reasoning"
-            ),
+            "reasoning_items": _count_items(raw, "reasoning"),
+            "item_references": _count_items(raw, "item_reference"),
             "kept_as_sent": sum(1 for m in messages if m.get("role") == OPAQUE_ROLE),
         }
         skipped = "lenient JSON" if lenient else None

@@ -292,3 +292,60 @@ def test_other_responses_routes_are_verbatim(proxy: Any, upstream: FakeUpstream)
     assert compacted.json()["echo"]["path"] == "/v1/responses/compact"
     assert upstream.requests[-1].json() == body
     assert "x-compaction-policy" not in compacted.headers
+
+
+def stored_history(steps: int = 24) -> list[dict[str, Any]]:
+    """What the Vercel AI SDK sends with ``store: true``: earlier reasoning and assistant text
+    as ``item_reference`` items, the function calls and their outputs as items."""
+    items: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Fix the parser."}]},
+    ]
+    for i in range(steps):
+        lines = [f"file {i} line {n}: " + "token " * 8 for n in range(60)]
+        items += [
+            {"type": "item_reference", "id": f"rs_{i:04d}"},
+            # Text before the call on every other step (a tool loop's usual turn has none).
+            *([{"type": "item_reference", "id": f"msg_{i:04d}"}] if i % 2 else []),
+            {
+                "type": "function_call",
+                "call_id": f"call_{i}",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f"cat f{i}.py"}),
+                "id": f"fc_{i:04d}",
+            },
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": "\n".join(lines)},
+        ]
+    return items
+
+
+def test_stored_item_references_go_with_their_turn(start_proxy: Any, upstream: FakeUpstream) -> None:
+    """A reference to a reasoning item is only valid followed by the rest of its turn (OpenAI
+    refuses "Item 'rs_...' of type 'reasoning' was provided without its required following
+    item"): after a summary no reference is left whose turn was summarized away."""
+    from tests.responses_upstream.checks import protocol_problems
+
+    proxy = start_proxy({"policy": "improved", "context_windows": {"default": 6000}})
+    upstream.queue(Reply(body=response([message("done")])))
+    sent_items = stored_history()
+    answer = httpx.post(
+        f"{proxy.base_url}/responses",
+        json={"model": "gpt-5", "input": sent_items, "store": True},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction-trigger"] == "threshold"
+    received = upstream.requests[0].json()["input"]
+    assert protocol_problems(received) == []
+    references = [i["id"] for i in received if i.get("type") == "item_reference"]
+    assert 0 < len(references) < 36  # some turns summarized, each kept whole
+    for position, item in enumerate(received):
+        if item.get("type") == "item_reference" and item["id"].startswith("rs_"):
+            step = int(item["id"][3:])
+            after = received[position + 1 : position + 3 if step % 2 else position + 2]
+            assert after[-1]["id"] == f"fc_{step:04d}"
+    events = httpx.get(
+        proxy.base_url + "/compaction/events", headers={"authorization": f"Bearer {KEY}"}, timeout=10
+    ).json()["data"]
+    assert events[-1]["dialect_notes"]["item_references"] == 36

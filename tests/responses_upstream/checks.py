@@ -40,10 +40,12 @@ def protocol_problems(items: list[Any]) -> list[str]:
                 problems.append(f"input[{position}]: {kind} for {call_id!r} answered twice")
             else:
                 answered.add(call_id)  # type: ignore[arg-type]
-        elif kind == "reasoning":
+        elif kind == "reasoning" or _references_reasoning(item):
             following = items[position + 1] if position + 1 < len(items) else None
             next_kind = item_kind(following)
-            is_model_item = next_kind in MODEL_ITEMS and not (
+            # What follows a reasoning reference must be its turn's item, itself or by reference.
+            follows_reference = next_kind == "item_reference" and not _references_reasoning(following)
+            is_model_item = (next_kind in MODEL_ITEMS or follows_reference) and not (
                 next_kind == "message"
                 and isinstance(following, dict)
                 and following.get("role") != "assistant"
@@ -60,6 +62,16 @@ def protocol_problems(items: list[Any]) -> list[str]:
         if call_id not in answered:
             problems.append(f"input[{position}]: No tool output found for {kind} call {call_id!r}")
     return problems
+
+
+def _references_reasoning(item: Any) -> bool:
+    """An ``item_reference`` to a stored reasoning item (OpenAI's reasoning ids start ``rs_``):
+    the server reads it as that reasoning item, with the same rule on what follows it."""
+    return (
+        isinstance(item, dict)
+        and item.get("type") == "item_reference"
+        and str(item.get("id", "")).startswith("rs_")
+    )
 
 
 def is_read(item: Any) -> bool:
