@@ -9,8 +9,11 @@ round that only reads has sent nothing and a failure can still get a real status
 relayed block renumbered in the order it reaches the client, and one ``message_delta`` (the
 last round's, usage summed over the rounds) and ``message_stop``. Per block:
 
-- text is relayed as it arrives;
-- a thinking block is held until the next block starts: relayed before text, dropped before a
+- text is relayed as it arrives, once the round shows it is not a read round: a text block's
+  first ``HELD_TEXT_CHARS`` characters are held until the round ends or writes more, and a
+  text followed by a ``read_tool_output`` call is dropped (the non-streamed answer drops a read
+  round's text too, so a preamble reaches the client neither way);
+- a thinking block is held until the next block starts: relayed with text, dropped before a
   ``read_tool_output`` call (it goes back upstream with the read), and kept with an agent's
   ``tool_use`` that follows it;
 - the agent's own ``tool_use`` (and server tool blocks) are held until the round ends: a round
@@ -29,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from proxy.dialects.base import HELD_TEXT_CHARS
 from proxy.errors import ProxyError, anthropic_error_body
 from proxy.response_writer import ResponseWriter
 
@@ -112,6 +116,9 @@ class AnthropicStream:
         self._delta: dict[str, Any] | None = None
         self._pending: list[_Block] = []  # thinking waiting for the block after it
         self._holding = False  # a block of this round is held: so is every later one
+        # A text block whose first characters are held, with the thinking before it.
+        self._held_text: tuple[_Block, list[_Block]] | None = None
+        self._held_chars = 0
 
     @property
     def text(self) -> str:
@@ -166,42 +173,58 @@ class AnthropicStream:
         block = self.blocks.get(index)
         if block is None:
             return
+        added = ""
         if kind == "content_block_delta" and isinstance(payload.get("delta"), dict):
-            self._text.append(block.add(payload["delta"]))
+            added = block.add(payload["delta"])
+            self._text.append(added)
         elif kind == "content_block_stop":
             block.finish()
         if block.read:
             return
         if block.index is not None:
             await self.relay.send_block(block, payload)
-        else:
-            block.events.append(payload)
+            return
+        block.events.append(payload)
+        if added and self._held_text and self._held_text[0] is block:
+            self._held_chars += len(added)
+            if self._held_chars > HELD_TEXT_CHARS:
+                await self._release_text()
 
     async def _started(self, block: _Block) -> None:
-        """A new block decides the fate of the thinking held before it."""
+        """A new block decides the fate of what is held before it."""
         if block.kind in _HELD_WITH_NEXT:
             self._pending.append(block)
             return
-        if block.kind != "text" and not block.read:
-            # An agent's call (or a server tool block) is held to the round's end, with the
-            # thinking before it, and so is every block after it: the client gets the round's
-            # blocks in the order the model wrote them.
-            self._holding = True
+        if block.read:
+            # The round reads: its held text and thinking go back upstream with the read.
+            if self._held_text:
+                text, before = self._held_text
+                self._held_text = None
+                text.read = True
+                self._pending = [*before, *self._pending]
+            for thinking in self._pending:
+                thinking.read = True
+            self._pending = []
             return
-        if self._holding:
-            if block.read:
-                for thinking in self._pending:
-                    thinking.read = True
-                self._pending = []
+        if block.kind == "text" and not self._holding and self._held_text is None:
+            # Held, with the thinking before it, until the round shows it is not a read round.
+            self._held_text, self._pending = (block, self._pending), []
+            self._held_chars = 0
             return
-        held, self._pending = self._pending, []
-        for thinking in held:
-            if block.read:
-                thinking.read = True  # it goes back upstream with the read
-            else:
-                await self.relay.flush(thinking)
-        if block.kind == "text":
-            self.relay.assign(block)  # text is relayed as it arrives
+        # An agent's call (or a server tool block, or text after held text) is held to the
+        # round's end, with the thinking before it, and so is every block after it: the client
+        # gets the round's blocks in the order the model wrote them.
+        self._holding = True
+
+    async def _release_text(self) -> None:
+        """The held text wrote more than a read round's preamble: relay it, the thinking before
+        it first, and its deltas as they arrive from now on."""
+        assert self._held_text is not None
+        text, before = self._held_text
+        self._held_text = None
+        for thinking in before:
+            await self.relay.flush(thinking)
+        await self.relay.flush(text)
 
     def calls(self) -> list[Any]:
         return [b.data for _, b in sorted(self.blocks.items()) if b.kind == "tool_use" and b.done]

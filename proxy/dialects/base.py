@@ -28,6 +28,12 @@ NOT_RUN = (
 )
 
 
+# A round's first characters of text are held until the round shows it is not a read round
+# (it ends, or writes more than this): short preambles of read rounds never reach the client,
+# so a read round's text is dropped the same streamed and not (every door).
+HELD_TEXT_CHARS = 400
+
+
 @dataclass(slots=True)
 class Parsed:
     """A request a dialect understood."""

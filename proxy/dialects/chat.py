@@ -16,7 +16,7 @@ import orjson
 from policies.conversation import Message, shape_problem
 from policies.pipeline import requested_answer_tokens
 from policies.tokens import TokenCounter
-from proxy.dialects.base import Answer, Parsed
+from proxy.dialects.base import HELD_TEXT_CHARS, Answer, Parsed
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter, chat_error_event
@@ -167,11 +167,6 @@ def _as_stop(event: bytes) -> bytes:
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         return event
     return b"data: " + orjson.dumps(chunk)
-
-
-# A round's first characters of text are held until the round shows it is not a read round
-# (it ends, or writes more than this): short preambles of read rounds never reach the client.
-HELD_TEXT_CHARS = 400
 
 
 class ChatStream:

@@ -9,10 +9,14 @@ round renumbered in the order they reach it, ``sequence_number`` counting up, an
 ``response.completed`` whose ``output`` lists exactly the items it was sent, with usage summed
 over the rounds. Per item:
 
-- text (``message`` items) is relayed as it arrives;
-- a ``reasoning`` item is held until the next item of its round starts: relayed before a
-  message or a call of the agent's, dropped before a ``read_tool_output`` call (an API refuses
-  a reasoning item replayed without the item that followed it);
+- text (``message`` items) is relayed as it arrives, once the round shows it is not a read
+  round: a message's first ``HELD_TEXT_CHARS`` characters are held until the round ends or
+  writes more, and a message followed by a ``read_tool_output`` call is dropped (the
+  non-streamed answer drops a read round's text too, so a preamble such as "Checking a saved
+  output first." reaches the client neither way);
+- a ``reasoning`` item is held until the next item of its round starts: relayed with a message
+  or a call of the agent's, dropped before a ``read_tool_output`` call (an API refuses a
+  reasoning item replayed without the item that followed it);
 - the agent's own calls are held until the round ends (a round that reads is asked again, and
   its calls are re-issued then); ``read_tool_output`` calls never reach the client.
 
@@ -27,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from proxy.dialects.base import HELD_TEXT_CHARS
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
 
@@ -76,6 +81,9 @@ class ResponsesStream:
         self.error: Any = None
         self._completed: dict[str, Any] | None = None
         self._pending_reasoning: list[int] = []
+        # A message whose first characters are held, with the reasoning items before it.
+        self._held_message: tuple[_Item, list[int]] | None = None
+        self._held_chars = 0
 
     @property
     def text(self) -> str:
@@ -130,24 +138,47 @@ class ResponsesStream:
             return
         if item.index is not None:
             await self.relay.send_item(item, payload)
-        else:
-            item.events.append(payload)
+            return
+        item.events.append(payload)
+        if kind == "response.output_text.delta" and self._held_message and self._held_message[0] is item:
+            self._held_chars += len(payload.get("delta") or "")
+            if self._held_chars > HELD_TEXT_CHARS:
+                await self._release_message()
 
     async def _started(self, index: int, item: _Item) -> None:
-        """A new item decides the fate of the reasoning held before it."""
+        """A new item decides the fate of what is held before it."""
         if item.kind == "reasoning":
             self._pending_reasoning.append(index)
             return
-        if item.kind != "message" and not item.read:
-            return  # an agent's call is held to the round's end, with the reasoning before it
-        held, self._pending_reasoning = self._pending_reasoning, []
-        for reasoning in held:
-            if item.read:
-                self._items[reasoning].read = True  # it goes back upstream with the read
-            else:
-                await self.relay.flush(self._items[reasoning])
-        if item.kind == "message":
-            self.relay.assign(item)  # text is relayed as it arrives
+        if item.read:
+            # The round reads: its held text and reasoning go back upstream with the read.
+            if self._held_message:
+                message, before = self._held_message
+                self._held_message = None
+                message.read = True
+                self._pending_reasoning = [*before, *self._pending_reasoning]
+            for reasoning in self._pending_reasoning:
+                self._items[reasoning].read = True
+            self._pending_reasoning = []
+            return
+        if item.kind == "message" and self._held_message is None:
+            # Held, with the reasoning before it, until the round shows it is not a read round.
+            self._held_message, self._pending_reasoning = (item, self._pending_reasoning), []
+            self._held_chars = 0
+            return
+        # An agent's call (or a message after a held one) is held to the round's end, the
+        # reasoning before it with it (flushed in the model's order).
+        self._pending_reasoning = []
+
+    async def _release_message(self) -> None:
+        """The held message wrote more than a read round's preamble: relay it, the reasoning
+        before it first, and its text as it arrives from now on."""
+        assert self._held_message is not None
+        message, before = self._held_message
+        self._held_message = None
+        for reasoning in before:
+            await self.relay.flush(self._items[reasoning])
+        await self.relay.flush(message)
 
     def calls(self) -> list[Any]:
         return [i.done for _, i in sorted(self._items.items()) if i.kind in _CALLS and i.done is not None]
@@ -159,7 +190,7 @@ class ResponsesStream:
     async def finish(self, total_usage: dict[str, int]) -> None:
         """The last round: held reasoning and calls of the agent's, then one completion."""
         for _, item in sorted(self._items.items()):
-            if item.index is None and not item.read and item.kind != "message":
+            if item.index is None and not item.read:
                 await self.relay.flush(item)
         completed = self._completed or {"type": "response.completed", "response": {}}
         response = {**(completed.get("response") or {}), **self.relay.identity}

@@ -216,15 +216,16 @@ def test_a_stream_over_two_rounds_is_one_well_formed_stream(start_proxy: Any, up
         answer = stream.get_final_message()
     kinds = [e.type for e in events]
     assert kinds.count("message_start") == 1 and kinds.count("message_stop") == 1
-    # The first round's text, then the second round's thinking, text and the agent's call; the
-    # read call and the thinking before it never reach the client.
-    assert [b.type for b in answer.content] == ["text", "thinking", "text", "tool_use"]
-    assert answer.content[0].text.strip() == "Let me look."  # type: ignore[union-attr]
-    assert answer.content[3].input == {"command": "grep -n 4242 f0.py"}  # type: ignore[union-attr]
+    # The second round's thinking, text and the agent's call; the read round's short text
+    # ("Let me look.", dropped from a non-streamed answer too), the read call and the thinking
+    # before it never reach the client.
+    assert [b.type for b in answer.content] == ["thinking", "text", "tool_use"]
+    assert answer.content[1].text.strip() == "Found it."  # type: ignore[union-attr]
+    assert answer.content[2].input == {"command": "grep -n 4242 f0.py"}  # type: ignore[union-attr]
     assert answer.stop_reason == "tool_use"
     assert answer.usage.input_tokens == 50 and answer.usage.output_tokens == 14
     starts = [e.index for e in events if e.type == "content_block_start"]  # type: ignore[union-attr]
-    assert starts == [0, 1, 2, 3]
+    assert starts == [0, 1, 2]
     assert "read_tool_output" not in json.dumps([b.model_dump() for b in answer.content])
     follow_up = upstream.requests[1].json()["messages"]
     assert [b["type"] for b in follow_up[-2]["content"]] == ["text", "thinking", "tool_use"]
@@ -235,12 +236,15 @@ def test_a_failure_after_the_stream_started_is_an_error_event(
     start_proxy: Any, upstream: FakeUpstream
 ) -> None:
     proxy = start_proxy(CONFIG)
+    # Longer than the first characters of a round the proxy holds (HELD_TEXT_CHARS): the
+    # stream has started with it when the next round fails.
+    long_text = " ".join(f"Let me look at part {n} of the saved output." for n in range(14))
 
     def text_then_read(request: Recorded) -> Reply:
         content = reads_first_handle(request).body["content"]
         return Reply(
             kind="sse",
-            chunks=anthropic_stream([{"type": "text", "text": "Let me look."}, *content], 100),
+            chunks=anthropic_stream([{"type": "text", "text": long_text}, *content], 100),
             done=False,
         )
 
@@ -260,6 +264,35 @@ def test_a_failure_after_the_stream_started_is_an_error_event(
     assert "HTTP 529" in str(raised.value)
     assert "message_stop" not in [e.type for e in seen]
     assert any(e.type == "content_block_delta" for e in seen)
+
+
+def test_a_failure_after_a_short_preamble_keeps_its_real_status(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """A read round's short text never reached the client, so the next round's failure comes
+    before any byte: the client gets the upstream's own status and error body."""
+    proxy = start_proxy(CONFIG)
+
+    def text_then_read(request: Recorded) -> Reply:
+        content = reads_first_handle(request).body["content"]
+        return Reply(
+            kind="sse",
+            chunks=anthropic_stream([{"type": "text", "text": "Let me look."}, *content], 100),
+            done=False,
+        )
+
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    upstream.queue(Reply(dynamic=text_then_read), Reply(status=529, body=overloaded))
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        stream = sdk(proxy).messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=1024,
+            messages=history(),
+            tools=TOOLS,
+            stream=True,  # type: ignore[arg-type]
+        )
+        list(stream)
+    assert raised.value.status_code == 529 and "Overloaded" in str(raised.value)
 
 
 def test_errors_before_the_response_are_anthropic_errors(start_proxy: Any, upstream: FakeUpstream) -> None:

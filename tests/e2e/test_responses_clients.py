@@ -33,6 +33,7 @@ import pytest
 from tests.e2e.clients.responses import ClientRun, leaks
 from tests.e2e.clients.responses.runs import (
     CLIENTS,
+    LONG_PREAMBLE,
     PREAMBLE,
     PROXY_CONFIG,
     RUNS,
@@ -96,13 +97,17 @@ def test_long_run_stays_in_the_window(
     )
 
 
+@pytest.mark.parametrize("preamble", ["short", "long"])
 @pytest.mark.parametrize("client", [pytest.param(c, id=n) for n, c in RUNS if c.stream])
-def test_text_before_a_read_reaches_the_streaming_client_once(
-    client: Client, responses_upstream: Callable[..., ResponsesUpstream], start_proxy: Any
+def test_text_before_a_read_reaches_the_streaming_client_as_not_streamed(
+    client: Client, preamble: str, responses_upstream: Callable[..., ResponsesUpstream], start_proxy: Any
 ) -> None:
-    """Read answers that say something first (``reasoning``, a ``message``, the read call): the
-    text is relayed as it streams, once per read, in a well-formed stream, and the run goes on."""
-    fake = responses_upstream(window=WINDOW, steps=STEPS, read_every=1, read_preamble=PREAMBLE)
+    """Read answers that say something first (``reasoning``, a ``message``, the read call): a
+    short preamble never reaches the client (the non-streamed answer drops it too); a text
+    longer than what the proxy holds is relayed as it streams, once per read. Either way the
+    stream is well formed and the run goes on."""
+    text = PREAMBLE if preamble == "short" else LONG_PREAMBLE
+    fake = responses_upstream(window=WINDOW, steps=STEPS, read_every=1, read_preamble=text)
     proxy = start_proxy({**PROXY_CONFIG, "upstream": {"base_url": fake.base_url}})
     run = client.run(proxy.base_url, task(client.name))
     trace = fake.summary()
@@ -111,7 +116,8 @@ def test_text_before_a_read_reaches_the_streaming_client_once(
     assert run.tool_steps == list(range(1, STEPS + 1))
     assert run.stream_problems == [], "\n".join(run.stream_problems)
     assert fake.reads
-    assert run.history_text().count(PREAMBLE.strip()) == len(fake.reads), trace
+    shown = run.history_text().count(text.strip())
+    assert shown == (0 if preamble == "short" else len(fake.reads)), trace
     assert leaks(run.history_text()) == []
 
 

@@ -219,10 +219,13 @@ def test_a_failed_round_after_the_stream_started_is_an_error(
     start_proxy: Any, upstream: FakeUpstream
 ) -> None:
     proxy = start_proxy(CONFIG)
+    # Longer than the first characters of a round the proxy holds (HELD_TEXT_CHARS): the
+    # stream has started with it when the read round fails.
+    long_text = " ".join(f"Let me look at part {n} of the saved output." for n in range(14))
 
     def text_then_read(request: Recorded) -> Reply:
         read = reads_first_handle(request).body["output"]
-        return Reply(kind="sse", chunks=stream_of([message("Let me look."), *read], 100), done=False)
+        return Reply(kind="sse", chunks=stream_of([message(long_text), *read], 100), done=False)
 
     failure = Reply(status=500, body={"error": {"message": "boom", "type": "server_error", "code": None}})
     upstream.queue(Reply(dynamic=text_then_read), failure)
@@ -230,9 +233,7 @@ def test_a_failed_round_after_the_stream_started_is_an_error(
     events = list(stream)
     # The text so far, then the Responses API's error event and the response failed (with the
     # id the client has been receiving); never a completed response.
-    assert (
-        "".join(e.delta for e in events if e.type == "response.output_text.delta").strip() == "Let me look."
-    )
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta").strip() == long_text
     error, failed = events[-2:]
     assert error.type == "error" and "HTTP 500" in error.message
     assert failed.type == "response.failed" and failed.response.status == "failed"
@@ -240,6 +241,37 @@ def test_a_failed_round_after_the_stream_started_is_an_error(
     assert failed.response.error is not None and "HTTP 500" in failed.response.error.message
     assert "response.completed" not in [e.type for e in events]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_read_rounds_short_preamble_reaches_the_client_neither_streamed_nor_not(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """Text the model writes before a read call ("Let me look.") is dropped the same streamed
+    and not: structured-output clients parse the final text, and a failure of the next round
+    comes before any byte, with the upstream's own status."""
+    proxy = start_proxy(CONFIG)
+
+    def text_then_read(request: Recorded) -> Reply:
+        read = reads_first_handle(request).body["output"]
+        return Reply(kind="sse", chunks=stream_of([message("Let me look."), *read], 100))
+
+    def final(_request: Recorded) -> Reply:
+        return Reply(kind="sse", chunks=stream_of([message("value is 4242")], 120))
+
+    upstream.queue(Reply(dynamic=text_then_read), Reply(dynamic=final))
+    stream = sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True)  # type: ignore[arg-type]
+    events = list(stream)
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text.strip() == "value is 4242"
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert [i.type for i in completed.response.output] == ["message"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+    failure = Reply(status=500, body={"error": {"message": "boom", "type": "server_error", "code": None}})
+    upstream.queue(Reply(dynamic=text_then_read), failure)
+    with pytest.raises(openai.InternalServerError):
+        list(sdk(proxy).responses.create(model="gpt-5", input=history(), stream=True))  # type: ignore[arg-type]
 
 
 def test_history_held_upstream_goes_as_sent(start_proxy: Any, upstream: FakeUpstream) -> None:

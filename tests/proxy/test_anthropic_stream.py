@@ -173,3 +173,39 @@ def test_kept_rounds_replace_the_answer_the_client_echoes(tmp_path: Any) -> None
         await store.close()
 
     asyncio.run(run())
+
+
+def test_a_read_rounds_short_text_never_reaches_the_client_and_long_text_streams() -> None:
+    """Text before a read call: a short preamble is dropped with the thinking before it (as a
+    non-streamed answer drops a read round's text); text longer than what is held streams as
+    it arrives, the thinking before it first."""
+    read = {"type": "tool_use", "id": "toolu_r", "name": "read_tool_output", "input": {"handle": "out_1"}}
+    thinking = {"type": "thinking", "thinking": "read it", "signature": "s"}
+
+    async def run(text: str) -> list[dict[str, Any]]:
+        client = Client()
+        writer = ResponseWriter(client)
+        writer.start(200, [], streaming=True)
+        stream = DIALECT.codec(writer)
+        start = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 9}}}
+        payloads: list[dict[str, Any]] = [
+            start,
+            {"type": "content_block_start", "index": 0, "content_block": thinking},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+            *(
+                {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": word}}
+                for word in text.split(" ")
+            ),
+            {"type": "content_block_stop", "index": 1},
+            {"type": "content_block_start", "index": 2, "content_block": read},
+        ]
+        for payload in payloads:
+            await stream.take(event(payload))
+        return client.events()
+
+    assert asyncio.run(run("Let me look first.")) == []
+    events = asyncio.run(run("Checking the saved output of every failing test first. " * 10))
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert starts == ["thinking", "text"]
+    assert "read_tool_output" not in orjson.dumps(events).decode()

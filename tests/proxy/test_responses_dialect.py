@@ -301,14 +301,16 @@ def test_two_rounds_become_one_well_formed_stream() -> None:
     assert kinds.count("response.created") == 1 and kinds[-1] == "response.completed"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert "read_tool_output" not in json.dumps(events) and "E1" not in json.dumps(events)
+    # The read round's short text ("Let me look.") is dropped, as a non-streamed answer drops it.
+    assert "Let me look." not in json.dumps(events)
     completed = events[-1]["response"]
-    assert [i["id"] for i in completed["output"]] == ["msg_1", "rs_2", "fc_2"]
+    assert [i["id"] for i in completed["output"]] == ["rs_2", "fc_2"]
     assert completed["usage"] == {"input_tokens": 220, "output_tokens": 12, "total_tokens": 232}
     # Items are numbered in the order the client receives them.
     added = [
         (e["output_index"], e["item"]["id"]) for e in events if e["type"] == "response.output_item.added"
     ]
-    assert added == [(0, "msg_1"), (1, "rs_2"), (2, "fc_2")]
+    assert added == [(0, "rs_2"), (1, "fc_2")]
 
 
 def test_a_round_that_only_reads_sends_nothing() -> None:
@@ -353,3 +355,64 @@ def test_offloaded_outputs_keep_their_call_and_item_fields() -> None:
             k: v for k, v in original.items() if k != "output"
         }
     assert not any(i.get("type") == "message" and "State ledger" in json.dumps(i) for i in items)
+
+
+def _streamed(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What the client receives for ``rounds`` of output items (the last round finishes)."""
+    sent: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"])
+
+    async def run() -> None:
+        writer = ResponseWriter(send)
+        writer.start(200, [], streaming=True)
+        usage = {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11}
+        for index, items in enumerate(rounds):
+            codec = DIALECT.codec(writer)
+            for raw in round_events(items, usage):
+                await codec.take(raw)
+            if index == len(rounds) - 1:
+                await codec.finish(usage)
+
+    asyncio.run(run())
+    return decode(b"".join(sent))
+
+
+def _text_item(item_id: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
+
+
+def test_a_read_rounds_long_text_streams_and_a_final_rounds_short_text_keeps_its_place() -> None:
+    """A read round's text longer than what is held has reached the client before the read;
+    a short text of the last round is sent at its end, between its reasoning and its call."""
+    read = {
+        "type": "function_call",
+        "id": "fc_r",
+        "call_id": "c_r",
+        "name": "read_tool_output",
+        "arguments": "{}",
+    }
+    reasoning = {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "E2"}
+    call = {
+        "type": "function_call",
+        "id": "fc_2",
+        "call_id": "c_2",
+        "name": "exec_command",
+        "arguments": "{}",
+    }
+    long_text = "Checking every saved output of the failing test first. " * 10
+    events = _streamed(
+        [[_text_item("msg_long", long_text), read], [reasoning, _text_item("msg_2", "Ok."), call]]
+    )
+    completed = events[-1]["response"]
+    assert [i["id"] for i in completed["output"]] == ["msg_long", "rs_2", "msg_2", "fc_2"]
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == long_text + "Ok."
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))

@@ -18,6 +18,8 @@ PROXY_CONFIG: dict[str, Any] = {"policy": "improved", "context_windows": {"defau
 # Failure tests look at error reporting alone: the model's window is not enforced there.
 UNLIMITED = 10_000_000
 PREAMBLE = "Let me look at the saved output first. "
+# Longer than the first characters of a round the proxy holds (HELD_TEXT_CHARS): it streams.
+LONG_PREAMBLE = PREAMBLE * 12
 
 
 def quiet_clients(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +81,7 @@ def failure_cases(runs: list[tuple[str, bool]]) -> Iterator[Any]:
         yield pytest.param(name, Failure("reset", after_events=6), None, id=f"{name}-reset")
         if stream:
             # The read answer already streamed text to the client when the next round fails.
-            yield pytest.param(name, Failure("status", 500), PREAMBLE, id=f"{name}-http500-after-text")
+            yield pytest.param(name, Failure("status", 500), LONG_PREAMBLE, id=f"{name}-http500-after-text")
 
 
 def task(name: str, steps: int = STEPS) -> str:
