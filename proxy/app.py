@@ -286,7 +286,11 @@ def make_store(settings: Settings) -> Store:
     if settings.store.backend == "redis":
         from proxy.store_redis import RedisStore
 
-        return RedisStore(settings.store.redis_url, settings.store.keep_days * 86_400)
+        return RedisStore(
+            settings.store.redis_url,
+            settings.store.keep_days * 86_400,
+            timeout=settings.store.redis_timeout_seconds,
+        )
     return SQLiteStore(
         settings.store.path or Path(settings.state_dir) / "compaction.db",
         busy_timeout=settings.store.busy_timeout_seconds,

@@ -169,6 +169,9 @@ class StoreSettings(_Section, frozen=True):
     # SQLite: how long a statement waits for another process's lock before the request goes
     # on uncompacted (fail open).
     busy_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 1.0
+    # Redis: how long a command waits to connect or for an answer (retried once) before the
+    # request goes on uncompacted; after a failure the store pauses for a second.
+    redis_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.5
 
 
 class ReadToolSettings(_Section, frozen=True):

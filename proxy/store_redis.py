@@ -6,23 +6,58 @@ kept ``keep_days`` after its last read), ``seen:<tenant>:<handle>`` (a marker ke
 long, so an expired handle answers "expired"), ``cp:<session>`` (tenant + checkpoint),
 ``ev:<tenant>`` and ``ev:*`` (sorted sets of event ids by time) and ``evd:<id>`` (the event).
 Redis's own expiry does the cleaning; ``expire`` only trims the event indexes.
+
+Redis away must cost a request about a second at most, gone (connection refused) or hung
+(connected, never answering): every command has a ``timeout`` to connect and to answer, one
+immediate retry (a restarted server closed the pooled connections), and after a failure the
+store pauses for ``PAUSE_SECONDS``, failing at once, so one request does not pay the timeout
+for each of its store calls. The callers fail open (the request goes uncompacted).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 import orjson
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from policies.pipeline import Checkpoint, Offload
 from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 from proxy.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
 _ALL = "cpx:ev:*"
+# After a failed command, every command fails at once for this long.
+PAUSE_SECONDS = 1.0
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class RedisUnavailable(ConnectionError):
+    """Redis failed a moment ago: the store is paused."""
+
+
+def _guarded(
+    method: Callable[Concatenate[RedisStore, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[RedisStore, _P], Coroutine[Any, Any, _R]]:
+    """Fail at once while the store is paused; pause it when Redis fails."""
+
+    @functools.wraps(method)
+    async def guarded(store: RedisStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if time.monotonic() < store.paused_until:
+            raise RedisUnavailable("Redis failed a moment ago")
+        try:
+            return await method(store, *args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            store.paused_until = time.monotonic() + PAUSE_SECONDS
+            raise
+
+    return guarded
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -30,10 +65,18 @@ def _as_bytes(value: Any) -> bytes:
 
 
 class RedisStore:
-    def __init__(self, url: str, keep_seconds: float) -> None:
-        self.client = redis.Redis.from_url(url, decode_responses=False)
+    def __init__(self, url: str, keep_seconds: float, timeout: float = 0.5) -> None:
+        self.client = redis.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+        )
         self.keep = max(1, int(keep_seconds))
+        self.paused_until = 0.0
 
+    @_guarded
     async def put_outputs(self, tenant: str, outputs: Sequence[Offload]) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
             for output in outputs:
@@ -42,6 +85,7 @@ class RedisStore:
                 pipe.set(f"cpx:seen:{tenant}:{output.handle}", b"1", ex=2 * self.keep)
             await pipe.execute()
 
+    @_guarded
     async def get_output(self, tenant: str, handle: str) -> StoredOutput | None:
         key = f"cpx:out:{tenant}:{handle}"
         raw = await self.client.get(key)
@@ -53,6 +97,7 @@ class RedisStore:
         data = orjson.loads(raw)
         return StoredOutput(handle=handle, content=data["content"], description=data["description"])
 
+    @_guarded
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         raw = await self.client.get(f"cpx:cp:{session}")
         if raw is None:
@@ -65,10 +110,12 @@ class RedisStore:
         except msgspec.DecodeError:
             return None
 
+    @_guarded
     async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
         value = tenant.encode() + b"\x1f" + encode_checkpoint(checkpoint)
         await self.client.set(f"cpx:cp:{session}", value, ex=self.keep)
 
+    @_guarded
     async def resolve_branch(
         self, tenant: str, root_key: str, root_session: str, digests: Sequence[str]
     ) -> Resolution:
@@ -90,6 +137,7 @@ class RedisStore:
                 except redis.WatchError:
                     continue
 
+    @_guarded
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
         event_id = event["event_id"]
         async with self.client.pipeline(transaction=True) as pipe:
@@ -98,6 +146,7 @@ class RedisStore:
             pipe.zadd(_ALL, {event_id: float(event["time"])})
             await pipe.execute()
 
+    @_guarded
     async def events(
         self,
         tenant: str | None,
@@ -130,6 +179,7 @@ class RedisStore:
                     break
         return found
 
+    @_guarded
     async def expire(self, keep_seconds: float, now: float | None = None) -> int:
         cutoff = (time.time() if now is None else now) - keep_seconds
         await self.client.zremrangebyscore(_ALL, "-inf", cutoff)

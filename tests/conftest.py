@@ -7,8 +7,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 
 from replay.proxy_process import ProxyProcess as ChildProxy
+from tests import redis_server
 from tests.fake_upstream import FakeUpstream, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,40 +166,6 @@ def proxy(shared_proxy: ProxyProcess, upstream: FakeUpstream) -> ProxyProcess:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server (Debian's, installed by .ci/run) on a free loopback port."""
-    import shutil
-
-    binary = shutil.which("redis-server")
-    assert binary, "Debian's redis-server is required: apt-get install -y redis-server (.ci/run does it)"
-    port = free_port()
-    directory = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-            "--protected-mode",
-            "yes",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
-                connection.sendall(b"PING\r\n")
-                if connection.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            time.sleep(0.05)
+    process = redis_server.start(port := free_port(), tmp_path_factory.mktemp("redis"))
     yield f"redis://127.0.0.1:{port}/0"
-    process.terminate()
-    process.wait(10)
+    redis_server.stop(process)
