@@ -21,9 +21,10 @@ import asyncio
 import base64
 import hashlib
 import os
+import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,25 @@ def build_event(
 
 
 class EventSink:
-    """Writes events in the background: to the store, and to a JSON-lines file if set."""
+    """Writes events in the background: to the store, and to a JSON-lines file if set. Each
+    write fails alone (a full disk under the file still leaves the event in the store, and the
+    other way round); a failure is logged and counted (``on_failure``), never a failed request,
+    and a line the disk had no room for is taken back whole, so the file never holds half an
+    event that the next line would run into."""
 
-    def __init__(self, store: Store, jsonl_path: str | None, logger: Any = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        jsonl_path: str | None,
+        logger: Any = None,
+        on_failure: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.path = Path(jsonl_path) if jsonl_path else None
         self.log = logger or structlog.get_logger("compaction_proxy")
+        self.on_failure = on_failure or (lambda: None)
         self.pending: set[asyncio.Task[None]] = set()
+        self._file_lock = threading.Lock()  # one append at a time: a rollback cuts only its own
 
     def emit(self, event: Mapping[str, Any]) -> None:
         task = asyncio.create_task(self._write(dict(event)))
@@ -157,19 +170,40 @@ class EventSink:
     async def _write(self, event: dict[str, Any]) -> None:
         try:
             await self.store.add_event(event["tenant"], event["session"], event)
-            if self.path is not None:
-                line = orjson.dumps(event) + b"\n"
-                await asyncio.to_thread(self._append, line)
         except Exception as exc:  # an event lost is logged, never a failed request
-            self.log.warning("event_write_failed", error=type(exc).__name__)
+            self._failed("store", exc)
+        if self.path is None:
+            return
+        try:
+            await asyncio.to_thread(self._append, orjson.dumps(event) + b"\n")
+        except Exception as exc:
+            self._failed("file", exc)
+
+    def _failed(self, where: str, exc: Exception) -> None:
+        self.on_failure()
+        self.log.warning("event_write_failed", where=where, error=type(exc).__name__)
 
     def _append(self, line: bytes) -> None:
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._file_lock:
+            self._append_locked(line)
+
+    def _append_locked(self, line: bytes) -> None:
+        assert self.path is not None
         # Events hold views (content): the file is created owner-only.
         descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(descriptor, "ab") as handle:
-            handle.write(line)
+        try:
+            size = os.fstat(descriptor).st_size
+            written = 0
+            try:
+                while written < len(line):
+                    written += os.write(descriptor, line[written:])
+            except OSError:
+                os.ftruncate(descriptor, size)  # no partial line left behind
+                raise
+        finally:
+            os.close(descriptor)
 
     async def drain(self) -> None:
         await asyncio.gather(*self.pending, return_exceptions=True)

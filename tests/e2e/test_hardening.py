@@ -279,13 +279,17 @@ def small_disk(tmp_path: Path) -> Any:
 
 
 def fill(disk: Path) -> None:
-    with (disk / "filler").open("wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
+    """Fill the disk to its last byte."""
+    descriptor = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for chunk in (65536, 4096, 1):
+            try:
+                while os.write(descriptor, b"\0" * chunk):
+                    pass
+            except OSError:
+                continue
+    finally:
+        os.close(descriptor)
 
 
 def test_reads_and_every_store_path_fail_open_on_a_full_disk(
@@ -312,6 +316,43 @@ def test_reads_and_every_store_path_fail_open_on_a_full_disk(
     assert fresh.status_code == 200
     assert "handle=" not in upstream.requests[-1].body.decode()
     assert httpx.get(proxy.url + "/healthz").status_code == 200
+
+
+def test_a_full_disk_under_the_events_file_alone_costs_only_its_lines(
+    start_proxy: Any, upstream: FakeUpstream, small_disk: Path, tmp_path: Path
+) -> None:
+    """The state directory has room, the events file's disk is full: answers and compaction go
+    on, the event is in the store (the events API lists it), the lost lines are counted, and
+    the file keeps whole lines only (a line the disk had no room for is taken back)."""
+    jsonl = small_disk / "events.jsonl"
+    proxy = start_proxy({**CONFIG, "events": {"jsonl_path": str(jsonl)}}, state_dir=tmp_path / "state")
+    upstream.queue(Reply(body=completion("before")))
+    assert chat(
+        proxy, history("written while there was room " * 200), headers={"x-session-id": "e1"}
+    ).is_success
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (jsonl.exists() and jsonl.read_bytes().endswith(b"\n")):
+        time.sleep(0.05)  # events are written in the background
+    fill(small_disk)
+    before = jsonl.read_bytes()
+    for turn in range(3):
+        upstream.queue(Reply(body=completion(f"full {turn}")))
+        answer = chat(proxy, history(f"a full disk, turn {turn} " * 200, marker=f"F{turn}"))
+        assert answer.status_code == 200 and answer.headers["x-compaction-trigger"] == "threshold"
+        assert "handle=" in upstream.requests[-1].body.decode()  # the store still works
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and 'compaction_proxy_errors_total{kind="event"} 3.0' not in (
+        metrics := httpx.get(proxy.url + "/metrics").text
+    ):
+        time.sleep(0.1)
+    assert 'compaction_proxy_errors_total{kind="event"} 3.0' in metrics
+    listed = httpx.get(
+        proxy.base_url + "/compaction/events", headers={"authorization": "Bearer sk-hardening-a"}, timeout=10
+    ).json()["data"]
+    assert len(listed) == 4
+    after = jsonl.read_bytes()
+    assert after == before and after.endswith(b"\n")
+    assert all(orjson.loads(line) for line in after.splitlines())
 
 
 # --- 9: header size and slow clients --------------------------------------------------------
