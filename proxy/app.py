@@ -146,9 +146,7 @@ def create_app(
         read_max_lines=settings.read_tool.max_lines,
         hidden=HiddenRounds(store, shared=shared),
     )
-    events = EventSink(
-        store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
-    )
+    events = EventSink(store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc)
     version = package_version()
     observers: list[Observer] = [
         TokenCalibration(factors, dialects),

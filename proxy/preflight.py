@@ -15,6 +15,7 @@ import errno
 import os
 import socket
 import sqlite3
+import stat
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -65,8 +66,16 @@ def _bind_advice(host: str, port: int, exc: OSError) -> str:
     return f"{where}: {exc.strerror or exc}"
 
 
+# Files of the state directory the proxy opens by name (a link there would be followed).
+STATE_FILES = ("compaction.db", "compaction.db-wal", "compaction.db-shm", "token_factors.json")
+
+
 def check_state_dir(path: str) -> None:
-    """The state directory exists (created owner-only) and this user can write in it."""
+    """The state directory exists (created owner-only), this user can write in it, and no one
+    else can: it holds every saved output and event, so a directory another user could write
+    in (group- or world-writable, or owned by another user) would let them replace the
+    database or plant a link in its place. A symlinked state directory is followed; the
+    directory it points to must pass the same checks. Its files must not be links."""
     state = Path(path)
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -77,6 +86,24 @@ def check_state_dir(path: str) -> None:
             f"the state directory {state.resolve()} is not writable ({exc.strerror or exc}); "
             f"set state_dir to a directory user {os.getuid()} can write"
         ) from exc
+    resolved = state.resolve()
+    info = resolved.stat()
+    if info.st_uid != os.geteuid():
+        raise PreflightError(
+            f"the state directory {resolved} belongs to user {info.st_uid}, not to user "
+            f"{os.geteuid()} that runs the proxy; use a directory of its own (chown it, or set state_dir)"
+        )
+    if info.st_mode & 0o022:
+        raise PreflightError(
+            f"the state directory {resolved} can be written by other users (mode "
+            f"{stat.S_IMODE(info.st_mode):o}): they could replace the database; chmod 700 {resolved}"
+        )
+    for name in STATE_FILES:
+        if (resolved / name).is_symlink():
+            raise PreflightError(
+                f"{resolved / name} is a symbolic link; the proxy writes its state files itself: "
+                "remove the link (or point state_dir at the directory it led to)"
+            )
 
 
 def redact_url(url: str) -> str:

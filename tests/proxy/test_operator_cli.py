@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.preflight import redact_url
+from proxy.preflight import check_state_dir, redact_url
 from proxy.sessions import explicit_session
 from proxy.store import SQLiteStore
 from tests.fake_upstream import free_port
@@ -97,6 +97,47 @@ def test_a_corrupt_database_at_start_is_one_line_and_kept(
     line = one_line_failure(capsys.readouterr().err)
     assert "compaction.db cannot be read" in line and "move it aside" in line
     assert (state / "compaction.db").read_bytes() == garbage  # never set aside or rewritten silently
+
+
+def serve_with_state(tmp_path: Path, state: Path) -> int:
+    path = tmp_path / "my.yml"
+    path.write_text(f"state_dir: {state}\n")
+    return main(["serve", "--config", str(path), "--port", str(free_port())])
+
+
+def test_a_state_directory_others_can_write_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It holds every saved output and event: a group- or world-writable directory would let
+    another user replace the database. Refused in one line with the fix, nothing changed."""
+    state = tmp_path / "shared-var"
+    state.mkdir()
+    state.chmod(0o775)
+    assert serve_with_state(tmp_path, state) == 1
+    line = one_line_failure(capsys.readouterr().err)
+    assert "can be written by other users (mode 775)" in line and f"chmod 700 {state}" in line
+    assert not (state / "compaction.db").exists()
+
+
+def test_a_symlinked_state_directory_is_followed_and_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "data"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "var"
+    link.symlink_to(target)
+    target.chmod(0o777)
+    assert serve_with_state(tmp_path, link) == 1
+    line = one_line_failure(capsys.readouterr().err)
+    assert f"the state directory {target} can be written by other users (mode 777)" in line
+    target.chmod(0o700)
+    (target / "compaction.db").symlink_to(tmp_path / "elsewhere.db")
+    assert serve_with_state(tmp_path, link) == 1
+    line = one_line_failure(capsys.readouterr().err)
+    assert f"{target / 'compaction.db'} is a symbolic link" in line
+    assert not (tmp_path / "elsewhere.db").exists()  # nothing written where the link led
+    (target / "compaction.db").unlink()
+    check_state_dir(str(link))  # an owner-only directory behind a link is fine
 
 
 def test_redact_url_keeps_everything_but_the_password() -> None:
