@@ -11,6 +11,8 @@ proxy makes itself) writes through a ``ResponseWriter``. The rule for an upstrea
 
 Headers may be held until the first body byte (``start`` records them, the first ``write``
 sends them), so a response that has produced nothing yet can still fail with a real status.
+Body writes may be held between ``hold_writes`` and ``release_writes`` and sent as one (what
+one upstream chunk relays); the response counts as started at the first held write.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ResponseWriter:
         self.body_bytes = 0
         # A dialect's stream state that outlives one upstream round (its codec is per round).
         self.stream_state: dict[str, Any] = {}
+        self._held: list[bytes] | None = None  # body writes held to be sent as one
 
     def set_header(self, name: bytes, value: bytes) -> None:
         """Add or replace a header while the response has not started."""
@@ -82,10 +85,24 @@ class ResponseWriter:
         await self._flush_start()
         if chunk:
             self.body_bytes += len(chunk)
+            if self._held is not None:
+                self._held.append(chunk)
+                return
             await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    def hold_writes(self) -> None:
+        """Keep body writes until ``release_writes`` (the headers still go out at once)."""
+        if self._held is None:
+            self._held = []
+
+    async def release_writes(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            await self._send({"type": "http.response.body", "body": b"".join(held), "more_body": True})
 
     async def finish(self, last: bytes = b"") -> None:
         """The last body bytes: the response is complete."""
+        await self.release_writes()
         await self._flush_start()
         self.body_bytes += len(last)
         self.finished = True
@@ -113,6 +130,7 @@ class ResponseWriter:
             # A dialect's stream may keep state its error event needs (ids, numbering).
             event = self.stream_state.get("error_event", self._error_event)
             await self.write(event(error))
+        await self.release_writes()
         self.finished = True
         self._mark_done()
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})

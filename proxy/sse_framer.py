@@ -33,16 +33,12 @@ class SSEFramer:
             data, self._carry = data[:-1], b"\r"
         self._buffer += data.replace(b"\r\n", b"\n")
         events: list[bytes] = []
-        start = 0
-        search = max(0, self._scanned - 1)
-        while True:
-            end = self._buffer.find(b"\n\n", search)
-            if end < 0:
-                break
-            events.append(bytes(self._buffer[start:end]))
-            start = search = end + 2
-        if start:
-            del self._buffer[:start]
+        # Only the bytes not searched before are searched (a huge event costs linear time);
+        # the complete events are then split at once.
+        last = self._buffer.rfind(b"\n\n", max(0, self._scanned - 1))
+        if last >= 0:
+            events = bytes(self._buffer[:last]).split(b"\n\n")
+            del self._buffer[: last + 2]
         self._scanned = len(self._buffer)
         if len(self._buffer) > self.max_event_bytes:
             raise EventTooLarge(self.max_event_bytes)

@@ -127,6 +127,10 @@ class AnthropicStream:
             self._text = ["".join(self._text)]
         return self._text[0] if self._text else ""
 
+    async def take_all(self, events: list[bytes]) -> None:
+        for event in events:
+            await self.take(event)
+
     async def take(self, event: bytes) -> None:
         data = _data(event)
         if not data:
@@ -234,6 +238,7 @@ class AnthropicStream:
 
     async def finish(self, total_usage: dict[str, int]) -> None:
         """The last round: held blocks of the agent's in order, then one delta and the stop."""
+        self.relay.writer.hold_writes()  # what was held goes out in one write
         for _, block in sorted(self.blocks.items()):
             if block.index is None and not block.read:
                 await self.relay.flush(block)

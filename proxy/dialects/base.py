@@ -80,6 +80,10 @@ class StreamCodec(Protocol):
     error: Any  # the upstream ended the stream with its own error event
 
     async def take(self, event: bytes) -> None: ...
+    async def take_all(self, events: list[bytes]) -> None:
+        """The events of one upstream chunk, in order (a codec may relay runs of them at once)."""
+        ...
+
     def calls(self) -> list[Any]: ...
     def items(self) -> list[Any]:
         """Everything the round produced, in the dialect's shape (``Answer.items``)."""

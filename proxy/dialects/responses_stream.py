@@ -92,6 +92,10 @@ class ResponsesStream:
             self._text = ["".join(self._text)]
         return self._text[0] if self._text else ""
 
+    async def take_all(self, events: list[bytes]) -> None:
+        for event in events:
+            await self.take(event)
+
     async def take(self, event: bytes) -> None:
         data = _data(event)
         if not data:
@@ -189,6 +193,7 @@ class ResponsesStream:
 
     async def finish(self, total_usage: dict[str, int]) -> None:
         """The last round: held reasoning and calls of the agent's, then one completion."""
+        self.relay.writer.hold_writes()  # what was held goes out in one write
         for _, item in sorted(self._items.items()):
             if item.index is None and not item.read:
                 await self.relay.flush(item)

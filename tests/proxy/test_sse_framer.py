@@ -71,7 +71,7 @@ def test_a_stream_of_tiny_deltas_is_accumulated_in_linear_time() -> None:
 
     import orjson
 
-    from proxy.dialects.chat import ChatStream
+    from proxy.dialects.chat_stream import ChatStream
 
     stream = ChatStream(_Writer())  # type: ignore[arg-type]
     text = [b"data: " + orjson.dumps({"choices": [{"delta": {"content": "abcd"}}]}) for _ in range(100_000)]
