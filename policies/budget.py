@@ -10,7 +10,7 @@ room is left".
 
 from __future__ import annotations
 
-from policies.pipeline import Context, View
+from policies.view import Context, View
 
 # The read room is never more than this share of the window (at a tiny window, a fixed 1,000
 # tokens would leave nothing for the conversation).

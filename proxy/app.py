@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import structlog
 from litestar import Litestar
 
@@ -32,9 +31,10 @@ from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
 from proxy.route import CompactingRoute
 from proxy.sessions import MemorySessions
-from proxy.settings import Settings, load_settings, policy_specs
+from proxy.settings import Settings, policy_specs
 from proxy.shadow import ShadowComparer
-from proxy.store import SQLiteStore, Store
+from proxy.store import Store
+from proxy.store_factory import describe_store, make_store
 from proxy.summarizer import OpenAISummarizer
 from proxy.token_factors import ScaledWindows, TokenFactors
 from proxy.upstream import Upstream
@@ -271,43 +271,6 @@ def package_version() -> str:
         return importlib.metadata.version("compaction-proxy")
     except importlib.metadata.PackageNotFoundError:
         return "0"
-
-
-def describe_store(settings: Settings) -> str:
-    """The store for humans: its kind and where it is (a Redis password never shown)."""
-    from proxy.preflight import redact_url
-
-    if settings.store.backend == "redis":
-        return f"redis {redact_url(settings.store.redis_url)}"
-    return f"sqlite {settings.store.path or Path(settings.state_dir) / 'compaction.db'}"
-
-
-def make_store(settings: Settings) -> Store:
-    if settings.store.backend == "redis":
-        from proxy.store_redis import RedisStore
-
-        return RedisStore(
-            settings.store.redis_url,
-            settings.store.keep_days * 86_400,
-            timeout=settings.store.redis_timeout_seconds,
-        )
-    return SQLiteStore(
-        settings.store.path or Path(settings.state_dir) / "compaction.db",
-        busy_timeout=settings.store.busy_timeout_seconds,
-    )
-
-
-def app_from_environment() -> ProxyApp:
-    """The app of one worker process when ``server.workers`` > 1 (uvicorn's factory)."""
-    from proxy.logs import configure_logging
-
-    overrides = orjson.loads(os.environ.get("COMPACTION_PROXY_OVERRIDES", "{}"))
-    settings = load_settings(overrides=overrides)
-    configure_logging(settings.logging.level, settings.logging.format)
-    from proxy.cli import http_protocol
-
-    http_protocol(settings)  # this worker's connection limits
-    return create_app(settings)
 
 
 class ProxyApp:

@@ -61,13 +61,16 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ[ENV_OVERRIDES] = orjson.dumps(
             {"server.host": args.host, "server.port": args.port}
         ).decode()
-        target: Any = "proxy.app:app_from_environment"
+        target: Any = "proxy.serving:app_from_environment"
     else:
         from proxy.app import create_app
         from proxy.logs import configure_logging
 
         configure_logging(settings.logging.level, settings.logging.format)
         target = create_app(settings)
+    # After the multiprocess set-up above: it loads the app (and prometheus-client).
+    from proxy.serving import http_protocol
+
     uvicorn.run(
         target,
         factory=workers > 1,
@@ -88,22 +91,6 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
     )
     return 0
-
-
-def http_protocol(settings: Settings) -> Any:
-    """uvicorn's httptools protocol with header size and read deadlines (h11 if httptools is
-    missing: it bounds the headers' size only)."""
-    if not importlib.util.find_spec("httptools"):
-        return "h11"
-    from proxy.server_protocol import LimitedHttpToolsProtocol
-
-    server = settings.server
-    LimitedHttpToolsProtocol.configure(
-        max_header_bytes=server.max_header_bytes,
-        header_timeout=server.header_timeout_seconds,
-        body_timeout=server.body_timeout_seconds,
-    )
-    return LimitedHttpToolsProtocol
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -138,8 +125,8 @@ def _healthcheck(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from proxy.app import make_store
     from proxy.events_cli import run_events
+    from proxy.store_factory import make_store
 
     settings = _load(args)
     return run_events(args, settings, make_store(settings))

@@ -114,7 +114,7 @@ async def _why_nothing(store: Store, args: argparse.Namespace, since: float, whe
 def run_events(args: argparse.Namespace, settings: Settings, store: Store) -> int:
     since = parse_since(args.since)
     sessions = SessionFilter(args.session, args.tenant)
-    from proxy.app import describe_store
+    from proxy.store_factory import describe_store
 
     where = describe_store(settings)
     printed = 0

@@ -14,17 +14,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
-from replay.answers import exact_check, judge_answer
 from replay.cli_tools import add_tool_commands, inject_command, tune_command
 from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
-from replay.cost_figures import refresh_per_successful_answer
 from replay.download import add_download_arguments, run_download_command
 from replay.gate import evaluate_gate
 from replay.report import console_table, report_html, summary_markdown
-from replay.results import accuracy_of, build_results, write_json
+from replay.results import write_json
+from replay.run_results import grade, results_of_run
 
 DEMO_WINDOW = 16_000
 # The model demo's cases are ~2-5k tokens: a 3k window makes the compacting arm compact.
@@ -236,25 +234,6 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
     return _finish(results, options.out, config)
 
 
-def results_of_run(config: ReplayConfig, raw: dict[str, Any], input_path: Path) -> dict[str, Any]:
-    """``results.json`` of a run (``run_replay``'s raw parts) or of a merge of runs."""
-    results = build_results(
-        config,
-        raw["loaded"],
-        raw["parts"],
-        policy_specs=raw["policy_specs"],
-        seconds=raw["seconds"],
-        input_path=input_path,
-        proxy=raw["proxy_url"],
-    )
-    # Requests the recorded upstream could not match to a replay step (a proxy rewriting
-    # what it should relay would show here).
-    results["run"]["unexpected_upstream_requests"] = raw["unexpected_upstream_requests"]
-    if config.answer_model is not None:
-        asyncio.run(grade(results, config.judge_model))
-    return results
-
-
 def _merge(args: argparse.Namespace) -> int:
     from replay.merge import MergeError, merge_runs
     from replay.shards import ManifestError
@@ -303,30 +282,6 @@ def _finish(results: dict[str, Any], out: Path, config: ReplayConfig | None, wit
         if not gate["passed"] and code == 0:
             code = 3
     return code
-
-
-async def grade(results: dict[str, Any], judge: ModelEndpoint | None) -> None:
-    """Exact checks on every stored answer, and the judge's verdict when a judge is set."""
-    semaphore = asyncio.Semaphore(4)
-    async with httpx.AsyncClient(trust_env=False) as http:
-
-        async def one(question: dict[str, Any], answer: dict[str, Any]) -> None:
-            answer["exact"] = exact_check(
-                question.get("exact_items") or question["evidence"], answer["answer"]
-            )
-            if judge is not None:
-                async with semaphore:
-                    answer["judge"] = await judge_answer(http, judge, question, answer["answer"])
-
-        await asyncio.gather(*(one(q, a) for q in results["questions"] for a in q.get("answers") or []))
-    for arm, figures in results["arms"].items():
-        entries = [q for q in results["questions"] if q["arm"] == arm]
-        labels = [arm, "full_repeat"] if arm == "full" else [arm]
-        accuracy = {label: acc for label in labels if (acc := accuracy_of(entries, label)) is not None}
-        if accuracy:
-            figures["accuracy"] = accuracy
-    results["run"]["judge_model"] = judge.model if judge is not None else None
-    refresh_per_successful_answer(results)
 
 
 def _rescore(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ def inject_command(args: argparse.Namespace) -> int:
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    from replay.tune import TuneOptions, run_tune
+    from replay.tune_run import TuneOptions, run_tune
 
     if not args.input.exists():
         print(f"replay: no such input file: {args.input}", file=sys.stderr)

@@ -19,11 +19,9 @@ import hashlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 # knob: (stage, setting, grid). A knob is searched only when the base policy has its stage.
 KNOBS: dict[str, tuple[str, str, tuple[float | int, ...]]] = {
@@ -216,93 +214,3 @@ def search(
         if len(state.measured) == before:
             break
     return state
-
-
-# --- running candidates through the harness ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    input: Path
-    out: Path
-    base: str
-    trials: int = 12
-    rounds: int = 3
-    seed: int = 0
-    proxy_config: Path | None = None
-    replay_config: Path | None = None
-    context_window: int | None = None
-    limit: int | None = None
-    jobs: int = 1
-    progress: bool = False
-
-
-def replay_evaluator(options: TuneOptions, base_config: Mapping[str, Any]) -> Evaluate:
-    """Replays a batch of candidates (beside ``full``, from saved parts when already run) and
-    returns each one's arm figures and gate verdict."""
-    import asyncio
-
-    import msgspec
-
-    from replay.cli import results_of_run
-    from replay.config import Gate, load_replay_config
-    from replay.gate import evaluate_gate
-    from replay.run import RunOptions, run_replay
-
-    known: dict[str, dict[str, Any]] = {}
-
-    def evaluate(batch: list[Candidate]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
-        for candidate in batch:
-            if candidate.knobs:
-                known[candidate.name] = candidate.policy()
-        proxy_config = {**base_config, "policies": {**(base_config.get("policies") or {}), **known}}
-        config_path = options.out / "proxy-config.yml"
-        config_path.write_text(yaml.safe_dump(proxy_config, sort_keys=False))
-        arms = ("full", *dict.fromkeys(c.name for c in batch))
-        overrides: dict[str, Any] = {"arms": arms, "context_window": options.context_window}
-        config = load_replay_config(options.replay_config, overrides)
-        run = RunOptions(
-            input=options.input,
-            out=options.out / "run",
-            config=config,
-            proxy_config=config_path,
-            limit=options.limit,
-            progress=options.progress,
-            jobs=options.jobs,
-        )
-        raw = asyncio.run(run_replay(run))
-        results = results_of_run(config, raw, options.input)
-        # Without a gate in the replay config, the default thresholds still apply: tune never
-        # recommends a policy that loses evidence or breaks the protocol.
-        declared = config.gate if config.gate is not None else Gate()
-        gate = msgspec.structs.replace(declared, arms=tuple(a for a in arms if a != "full"))
-        verdicts = evaluate_gate(gate, results["arms"])["verdicts"]
-        return {c.name: (results["arms"][c.name], verdicts[c.name]) for c in batch}
-
-    return evaluate
-
-
-def run_tune(options: TuneOptions) -> Measured | None:
-    from proxy.settings import load_settings
-
-    options.out.mkdir(parents=True, exist_ok=True)
-    base_config: dict[str, Any] = {}
-    if options.proxy_config is not None:
-        base_config = yaml.safe_load(options.proxy_config.read_text(encoding="utf-8")) or {}
-    settings = load_settings(options.proxy_config, env={})
-    if options.base not in settings.policies:
-        raise ValueError(f"no policy named {options.base!r} (policies: {', '.join(settings.policies)})")
-    stages = settings.policies[options.base].stages
-    if not searchable(stages):
-        raise ValueError(f"{options.base} has none of the stages tune searches ({', '.join(KNOBS)})")
-    state = search(
-        options.base,
-        stages,
-        replay_evaluator(options, base_config),
-        trials=options.trials,
-        rounds=options.rounds,
-        seed=options.seed,
-    )
-    from replay.tune_report import write_outputs
-
-    return write_outputs(options.out, state, options.base)

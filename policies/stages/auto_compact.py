@@ -16,7 +16,6 @@ import msgspec
 
 from policies.conversation import parse
 from policies.facts import AutoCompactFact
-from policies.pipeline import Context, View
 from policies.stages.summary_state import (
     compact_range,
     is_thrashing,
@@ -24,6 +23,7 @@ from policies.stages.summary_state import (
     summary_index,
     view_index_of,
 )
+from policies.view import Context, View
 
 
 class AutoCompact(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

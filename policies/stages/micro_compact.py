@@ -19,7 +19,7 @@ import msgspec
 
 from policies.conversation import message_text, parse, role
 from policies.facts import MicroCompactFact
-from policies.pipeline import Context, View
+from policies.view import Context, View
 
 PLACEHOLDER = "[Old tool result content cleared]"
 

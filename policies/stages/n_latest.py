@@ -14,8 +14,8 @@ import msgspec
 
 from policies.conversation import parse
 from policies.facts import NLatestFact
-from policies.pipeline import Context, View
 from policies.stages.common import first_safe_cut_at_or_after
+from policies.view import Context, View
 
 
 class NLatest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -32,8 +32,8 @@ from policies.artifacts import offload_edits
 from policies.conversation import Message, message_text, parse, role
 from policies.facts import OffloadFact
 from policies.handles import is_placeholder, new_handle, placeholder_text
-from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, output_indices
+from policies.view import Context, Offload, View
 
 
 class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

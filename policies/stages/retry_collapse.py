@@ -18,9 +18,9 @@ import msgspec
 from policies.conversation import Step, message_text, parse
 from policies.facts import RetryCollapseFact
 from policies.handles import mention, new_handle
-from policies.pipeline import Context, Offload, View
 from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
 from policies.transcript import build_transcript
+from policies.view import Context, Offload, View
 
 
 class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -24,10 +24,10 @@ import msgspec
 from policies.budget import answer_reserve, read_ceiling, whole_request
 from policies.conversation import message_text, parse
 from policies.facts import SummarizeFact
-from policies.pipeline import Context, View
 from policies.stages.common import first_safe_cut_at_or_after
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
 from policies.summarizer import LedgerSummarizer
+from policies.view import Context, View
 
 
 class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

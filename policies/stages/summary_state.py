@@ -18,10 +18,10 @@ from policies.conversation import Message, message_text
 from policies.facts import SummaryFact
 from policies.handles import mention, new_handle
 from policies.ledger import LEDGER_HEADING, Ledger, build_ledger
-from policies.pipeline import Checkpoint, Context, Offload, View
 from policies.stages.common import SUMMARY_HEADER, summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
 from policies.transcript import build_transcript
+from policies.view import Checkpoint, Context, Offload, View
 
 # A session that compacted THRASH_LIMIT times within THRASH_REQUESTS requests is limited:
 # it keeps its current view (the token safeguard still applies) instead of summarizing again.

@@ -20,10 +20,10 @@ from policies.budget import answer_reserve, names_handles, read_room_for
 from policies.conversation import Message, message_text, parse, role
 from policies.facts import SafeguardFact
 from policies.handles import EXCERPT_PREFIX, PLACEHOLDER_PREFIX, excerpt_text, new_handle
-from policies.pipeline import Context, Offload, View
 from policies.stages.common import SUMMARY_HEADER
 from policies.stages.outputs import action_of, calls_by_id, describe
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
+from policies.view import Context, Offload, View
 
 # A cut message keeps at least this many tokens of its text.
 MIN_EXCERPT_TOKENS = 256

@@ -14,8 +14,8 @@ from msgspec.structs import replace
 
 from policies.budget import names_handles, read_ceiling, whole_request
 from policies.facts import TriggerFact
-from policies.pipeline import Context, View
 from policies.stages.summary_state import is_thrashing
+from policies.view import Context, View
 
 
 class Trigger(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

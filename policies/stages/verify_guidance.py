@@ -10,7 +10,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.conversation import parse
-from policies.pipeline import Context, View
+from policies.view import Context, View
 
 GUIDANCE = (
     "Some earlier tool outputs (and the bodies of large edits you made) were saved outside the "

@@ -1,0 +1,40 @@
+"""What uvicorn runs: the HTTP protocol with the proxy's connection limits, and the app of
+one worker process when ``server.workers`` > 1 (its factory, configured from the
+environment ``serve`` sets)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+import orjson
+
+from proxy.app import ProxyApp, create_app
+from proxy.logs import configure_logging
+from proxy.settings import Settings, load_settings
+
+
+def http_protocol(settings: Settings) -> Any:
+    """uvicorn's httptools protocol with header size and read deadlines (h11 if httptools is
+    missing: it bounds the headers' size only)."""
+    if not importlib.util.find_spec("httptools"):
+        return "h11"
+    from proxy.server_protocol import LimitedHttpToolsProtocol
+
+    server = settings.server
+    LimitedHttpToolsProtocol.configure(
+        max_header_bytes=server.max_header_bytes,
+        header_timeout=server.header_timeout_seconds,
+        body_timeout=server.body_timeout_seconds,
+    )
+    return LimitedHttpToolsProtocol
+
+
+def app_from_environment() -> ProxyApp:
+    """The app of one worker process when ``server.workers`` > 1 (uvicorn's factory)."""
+    overrides = orjson.loads(os.environ.get("COMPACTION_PROXY_OVERRIDES", "{}"))
+    settings = load_settings(overrides=overrides)
+    configure_logging(settings.logging.level, settings.logging.format)
+    http_protocol(settings)  # this worker's connection limits
+    return create_app(settings)
