@@ -95,14 +95,22 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
     head_origin: list[int] = []
     if checkpoint.summary is not None:
         at, end = checkpoint.summary_at, checkpoint.summary_at + checkpoint.covered
-        if end <= len(original) and digests.range(original[at:end]) == checkpoint.covered_digest:
-            head = [*original[:at], checkpoint.summary, *(original[i] for i in checkpoint.pinned)]
-            head_origin = [*range(at), -1, *checkpoint.pinned]
-            start = end
-        else:
+        if end > len(original) or digests.range(original[at:end]) != checkpoint.covered_digest:
             view.facts.checkpoint_dropped = "client history diverged from the summarized range"
             view.checkpoint = Checkpoint(requests=checkpoint.requests)
             return
+        last_user = parse(original).last_user
+        if at <= last_user < end and last_user not in checkpoint.pinned:
+            # The summary holds what is now the last user message: the conversation reads
+            # differently than when it was made (a second text action shows an agent whose user
+            # messages are observations, and the task is the last real question). The last
+            # user message is always sent verbatim, so the decision is made again.
+            view.facts.checkpoint_dropped = "the summarized range holds the last user message"
+            view.checkpoint = Checkpoint(requests=checkpoint.requests)
+            return
+        head = [*original[:at], checkpoint.summary, *(original[i] for i in checkpoint.pinned)]
+        head_origin = [*range(at), -1, *checkpoint.pinned]
+        start = end
     if checkpoint.guidance is not None:
         prefix_end = system_prefix_end(original)
         if not head:

@@ -82,3 +82,29 @@ def test_request_by_request_with_checkpoints(messages: list[Any]) -> None:
             view = outcome.messages if outcome.messages is not None else history
             check_view(history, view)
             checkpoint = outcome.checkpoint
+
+
+def test_a_summary_made_before_the_agent_read_as_text_actions_is_made_again() -> None:
+    """After one text action the conversation reads as a chat (the observation is the last
+    user message, and sre summarizes the task with the action); a second action shows an agent
+    whose user messages are observations, so the task is the last real question again. The
+    checkpoint that summarized it is dropped, and the task is sent verbatim (found by
+    hypothesis)."""
+    action = "Writing it.\n<function=str_replace_editor>\n<parameter=file_text>\n" + "x = 1\n" * 1300
+    messages: list[Any] = [
+        {"role": "system", "content": "error"},
+        {"role": "user", "content": [{"type": "text", "text": "error"}]},
+        {"role": "assistant", "content": action + "</parameter>\n</function>"},
+        {"role": "user", "content": [{"type": "text", "text": "error"}]},
+        {
+            "role": "assistant",
+            "content": "Next.\n<function=bash>\n<parameter=command>ls</parameter>\n</function>",
+        },
+        {"role": "user", "content": [{"type": "text", "text": "error"}]},
+    ]
+    first = run(POLICIES["sre"], messages[:4], 4_000)
+    assert first.checkpoint.summary is not None and first.checkpoint.summary_at == 1
+    later = run(POLICIES["sre"], messages, 4_000, first.checkpoint)
+    view = later.messages if later.messages is not None else messages
+    check_view(messages, view)
+    assert later.facts.checkpoint_dropped == "the summarized range holds the last user message"
