@@ -24,7 +24,6 @@ import json
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,9 @@ import openai
 import orjson
 from aiohttp import web
 
+from benchmarks import hostile_load
 from benchmarks.hostile_load import answer, step
-from replay.proxy_process import ProxyProcess, free_port
+from replay.proxy_process import ProxyProcess
 
 KEY = "sk-bench-hostile-upstream-0000"
 MB = 1 << 20
@@ -55,17 +55,16 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     )
 
 
-class Upstream:
+class Upstream(hostile_load.Upstream):
     """The model: a read call first when the request names a handle, then the scenario's
-    hostile answer to the read follow-up round; a plain request gets the tiny-delta stream."""
+    hostile answer to the read follow-up round; a plain request gets the tiny-delta stream.
+    (Served on loopback from its own thread, as ``hostile_load``'s upstream is.)"""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__()
         self.scenario = ""
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
         body = orjson.loads(await request.read())
         messages = body["messages"]
         last = messages[-1]
@@ -132,25 +131,6 @@ class Upstream:
             await response.write(batch)
         await response.write(chunk({}, finish=finish) + b"data: [DONE]\n\n")
         return response
-
-    def start(self) -> None:
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application(client_max_size=1 << 30)
-            app.router.add_post("/v1/chat/completions", self.handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-            self._ready.set()
-            loop.run_forever()
-
-        threading.Thread(target=serve, daemon=True).start()
-        self._ready.wait(10)
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 def history(names_outputs: bool) -> list[dict[str, Any]]:
