@@ -18,7 +18,8 @@ import orjson
 from proxy.dialects.base import Answer
 from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
-from proxy.read_loop import LoopResult, ReadLoop, resolve_reads
+from proxy.read_answers import resolve_reads
+from proxy.read_loop import LoopResult, ReadLoop
 from proxy.response_writer import ResponseWriter
 from proxy.sse_framer import EventTooLarge, SSEFramer
 from proxy.store import Store

@@ -15,7 +15,8 @@ from policies.pipeline import Offload
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_loop import LoopLimits, ReadLoop, read_saved_output, resolve_reads
+from proxy.read_answers import read_saved_output, resolve_reads
+from proxy.read_loop import LoopLimits, ReadLoop
 from proxy.read_tool import ReadArguments, ReadLimits, render
 from proxy.store import SQLiteStore
 

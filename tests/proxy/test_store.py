@@ -12,7 +12,8 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
-from proxy.read_loop import LoopLimits, read_saved_output
+from proxy.read_answers import read_saved_output
+from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits
 from proxy.store import SQLiteStore, decode_checkpoint, encode_checkpoint
 
