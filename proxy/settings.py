@@ -21,6 +21,7 @@ import yaml
 from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
+from proxy.builtin_policies import builtin_policy_table
 from proxy.config_merge import (
     DEFAULT_MODEL_FACTORS,
     MergeError,
@@ -231,47 +232,7 @@ class PolicySettings(_Section, frozen=True):
 
 
 def _default_policies() -> dict[str, PolicySettings]:
-    policies = {
-        "full": PolicySettings(description="History unchanged: the reference arm.", safeguard=False),
-    }
-    for n in (10, 20, 40):
-        policies[f"n_latest_{n}"] = PolicySettings(
-            description=f"The {n} latest history messages, cut where no tool exchange is split.",
-            stages=[{"n_latest": {"n": n}}],
-        )
-    policies["sre"] = PolicySettings(
-        description="sre-agent as shipped: micro_compact, then auto_compact at 0.8 x window.",
-        stages=[
-            {"micro_compact": {"min_chars": 500, "keep_recent": 5}},
-            {"auto_compact": {"trigger": 0.8, "prompt": "sre"}},
-        ],
-    )
-    # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
-    trigger = {"trigger": {"high": 0.75}}
-    # The ablation arms keep one mechanism per step: transcripts (on by default) come with `improved`.
-    cut = {"target": 0.5, "retained_tail": 0.2, "prompt": "hybrid_v2"}
-    message_cut = {"summarize": {**cut, "step_aware": False, "save_transcript": False}}
-    step_cut = {"summarize": {**cut, "step_aware": True, "save_transcript": False}}
-    # `improved` saves what each summary replaces, verbatim (one transcript per compaction).
-    transcript_cut = {"summarize": {**cut, "step_aware": True}}
-    offload = {
-        "offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}
-    }
-    retry = {"retry_collapse": {"min_attempts": 2}}
-    ablation: dict[str, tuple[str, list[dict[str, Any]]]] = {
-        "improved_tail": ("Retained tail (0.2 of the window) with message cuts.", [trigger, message_cut]),
-        "improved_step": ("+ step-aware cuts.", [trigger, step_cut]),
-        "improved_offload": ("+ output offloading with handles.", [trigger, offload, step_cut]),
-        "improved_retry": ("+ settled-retry collapse.", [trigger, retry, offload, step_cut]),
-        "improved": (
-            "Every improvement: retry collapse, offloading, step-aware cut with a retained tail, "
-            "summary plus state ledger, transcripts of what each summary replaces, verify guidance.",
-            [trigger, retry, offload, transcript_cut, {"verify_guidance": {}}],
-        ),
-    }
-    for name, (description, stages) in ablation.items():
-        policies[name] = PolicySettings(description=description, stages=stages)
-    return policies
+    return {name: msgspec.convert(spec, PolicySettings) for name, spec in builtin_policy_table().items()}
 
 
 def _default_windows() -> dict[str, int]:

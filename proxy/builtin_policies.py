@@ -1,0 +1,57 @@
+"""The built-in policies, as plain configuration (what ``policies:`` in ``config.yml`` holds):
+the reference arm, the N-latest arms, the SRE agent's compaction as shipped, and the ablation
+sequence that adds one improvement at a time up to ``improved``. ``proxy.settings`` validates
+them like any user's policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _policy(description: str, stages: list[dict[str, Any]], *, safeguard: bool = True) -> dict[str, Any]:
+    return {"description": description, "stages": stages, "safeguard": safeguard}
+
+
+def builtin_policy_table() -> dict[str, dict[str, Any]]:
+    """Every built-in policy: its description, stages and whether the token safeguard ends it."""
+    policies = {
+        "full": _policy("History unchanged: the reference arm.", [], safeguard=False),
+    }
+    for n in (10, 20, 40):
+        policies[f"n_latest_{n}"] = _policy(
+            f"The {n} latest history messages, cut where no tool exchange is split.",
+            [{"n_latest": {"n": n}}],
+        )
+    policies["sre"] = _policy(
+        "sre-agent as shipped: micro_compact, then auto_compact at 0.8 x window.",
+        [
+            {"micro_compact": {"min_chars": 500, "keep_recent": 5}},
+            {"auto_compact": {"trigger": 0.8, "prompt": "sre"}},
+        ],
+    )
+    # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
+    trigger = {"trigger": {"high": 0.75}}
+    # The ablation arms keep one mechanism per step: transcripts (on by default) come with `improved`.
+    cut = {"target": 0.5, "retained_tail": 0.2, "prompt": "hybrid_v2"}
+    message_cut = {"summarize": {**cut, "step_aware": False, "save_transcript": False}}
+    step_cut = {"summarize": {**cut, "step_aware": True, "save_transcript": False}}
+    # `improved` saves what each summary replaces, verbatim (one transcript per compaction).
+    transcript_cut = {"summarize": {**cut, "step_aware": True}}
+    offload = {
+        "offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}
+    }
+    retry = {"retry_collapse": {"min_attempts": 2}}
+    ablation: dict[str, tuple[str, list[dict[str, Any]]]] = {
+        "improved_tail": ("Retained tail (0.2 of the window) with message cuts.", [trigger, message_cut]),
+        "improved_step": ("+ step-aware cuts.", [trigger, step_cut]),
+        "improved_offload": ("+ output offloading with handles.", [trigger, offload, step_cut]),
+        "improved_retry": ("+ settled-retry collapse.", [trigger, retry, offload, step_cut]),
+        "improved": (
+            "Every improvement: retry collapse, offloading, step-aware cut with a retained tail, "
+            "summary plus state ledger, transcripts of what each summary replaces, verify guidance.",
+            [trigger, retry, offload, transcript_cut, {"verify_guidance": {}}],
+        ),
+    }
+    for name, (description, stages) in ablation.items():
+        policies[name] = _policy(description, stages)
+    return policies
