@@ -12,12 +12,13 @@ from typing import Any
 import httpx
 import structlog
 from litestar import Litestar
+from litestar.exceptions import NotFoundException
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.api_docs import openapi_config
 from proxy.compaction import CompactionService
-from proxy.control import control_routes
+from proxy.control import control_routes, not_found
 from proxy.dialects import ROUTES, make_dialects
 from proxy.edge import Edge, Receive, Scope, Send
 from proxy.events import EventSink, config_hash
@@ -241,6 +242,7 @@ def create_app(
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         openapi_config=openapi_config(version, ROUTES),
+        exception_handlers={NotFoundException: not_found},
         logging_config=None,
         debug=False,
     )

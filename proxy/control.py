@@ -14,7 +14,7 @@ from litestar import MediaType, Request, Response, get, head
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromQuery
 
-from proxy.errors import error_body
+from proxy.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.sessions import credentials, explicit_session, tenant_of
 from proxy.settings import Settings
@@ -99,3 +99,22 @@ def control_routes(
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     return [root, root_head, healthz, readyz, metrics_route, compaction_events]
+
+
+# Where each API lives on the proxy, for the hint of a path it does not serve.
+_DOORS = ("/chat/completions", "/responses", "/messages", "/models", "/embeddings", "/completions")
+
+
+def not_found(request: Request[Any, Any, Any], _exc: Exception) -> Response[bytes]:
+    """A path the proxy does not serve, answered in the shape of the API the client speaks
+    (Anthropic's for ``/messages`` or a request with ``anthropic-version``, else OpenAI's),
+    saying where the API is: a client whose base URL lacks ``/v1`` (``@ai-sdk/anthropic`` given
+    ``http://host:port``) is told the URL to use."""
+    path = request.url.path
+    hint = "The proxy's APIs are under /v1 (POST /v1/chat/completions, /v1/responses, /v1/messages)."
+    if path.endswith(_DOORS) and not path.startswith("/v1/"):
+        hint = f"Did you mean /v1{path}? Set the client's base URL to end in /v1."
+    error = ProxyError(404, f"No route {request.method} {path} on this proxy. {hint}", code="not_found")
+    anthropic = path.endswith("/messages") or "anthropic-version" in request.headers
+    body = anthropic_error_body(error) if anthropic else openai_error_body(error)
+    return Response(body, status_code=404, media_type=MediaType.JSON)
