@@ -113,7 +113,13 @@ def create_app(
         calibrate=settings.tokens.calibrate,
         path=Path(settings.state_dir) / "token_factors.json",
     )
-    windows = ScaledWindows(settings.context_windows, factors)
+    windows = ScaledWindows(
+        settings.context_windows,
+        factors,
+        on_default=lambda model, window: log.warning(
+            "model_window_defaulted", model=model[:200], window=window, fix="add the model to `models:`"
+        ),
+    )
     service = CompactionService(
         counter=counter,
         windows=windows,

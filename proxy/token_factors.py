@@ -31,7 +31,7 @@ import os
 import statistics
 import tempfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -209,8 +209,13 @@ def _p90(samples: deque[float]) -> float:
 class ScaledWindows(ContextWindows):
     """Context windows in the proxy's count: a model's window divided by its token factor."""
 
-    def __init__(self, windows: Mapping[str, int], factors: TokenFactors) -> None:
-        super().__init__(windows)
+    def __init__(
+        self,
+        windows: Mapping[str, int],
+        factors: TokenFactors,
+        on_default: Callable[[str, int], None] | None = None,
+    ) -> None:
+        super().__init__(windows, on_default)
         self.factors = factors
 
     def window_for(self, model: object) -> int:
