@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from policies.builtin_policies import builtin_policy_table
 from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
-from proxy.builtin_policies import builtin_policy_table
 from proxy.config_merge import (
     DEFAULT_MODEL_FACTORS,
     MergeError,

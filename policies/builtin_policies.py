@@ -1,6 +1,6 @@
 """The built-in policies, as plain configuration (what ``policies:`` in ``config.yml`` holds):
 the reference arm, the N-latest arms, the SRE agent's compaction as shipped, and the ablation
-sequence that adds one improvement at a time up to ``improved``. ``proxy.settings`` validates
+sequence that adds one improvement at a time up to ``improved``. The proxy's settings validate
 them like any user's policy."""
 
 from __future__ import annotations
