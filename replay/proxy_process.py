@@ -84,7 +84,22 @@ class ProxyProcess:
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Start and wait for ``/readyz``. A free port can be taken by another process between
+        choosing it and binding it (parallel test workers do that): the proxy is then started
+        again on another port, up to ``attempts`` times."""
+        for attempt in range(attempts):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start_once(timeout)
+                return
+            except RuntimeError:
+                since = self.log_path.read_bytes()[logged:] if self.log_path.exists() else b""
+                if b"already in use" not in since or attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [

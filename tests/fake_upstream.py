@@ -120,8 +120,10 @@ class LoopbackServer:
             app.router.add_route("*", "/{tail:.*}", self.handler)
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             loop.run_until_complete(runner.setup())
-            self.port = free_port()
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+            # Port 0: the kernel's free port, bound at once (a port chosen first could be
+            # taken by a parallel test worker before it is bound).
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+            self.port = runner.addresses[0][1]
             self._started.set()
             loop.run_forever()
             loop.run_until_complete(runner.cleanup())
