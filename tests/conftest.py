@@ -15,7 +15,7 @@ import pytest
 
 from replay.proxy_process import ProxyProcess as ChildProxy
 from tests import redis_server
-from tests.fake_upstream import FakeUpstream, free_port
+from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
 _real_connect = socket.socket.connect
@@ -166,6 +166,6 @@ def proxy(shared_proxy: ProxyProcess, upstream: FakeUpstream) -> ProxyProcess:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server (Debian's, installed by .ci/run) on a free loopback port."""
-    process = redis_server.start(port := free_port(), tmp_path_factory.mktemp("redis"))
+    process, port = redis_server.start_on_a_free_port(tmp_path_factory.mktemp("redis"))
     yield f"redis://127.0.0.1:{port}/0"
     redis_server.stop(process)

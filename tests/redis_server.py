@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.fake_upstream import free_port
+
 
 def start(port: int, directory: Path, *, persistent: bool = False) -> subprocess.Popen[bytes]:
     """Start redis-server on ``127.0.0.1:port`` with its files in ``directory`` and wait until
@@ -46,6 +48,18 @@ def start(port: int, directory: Path, *, persistent: bool = False) -> subprocess
             time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"redis-server did not answer on port {port}")
+
+
+def start_on_a_free_port(directory: Path, *, persistent: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+    """``start`` on a free port, choosing again when another process took it first."""
+    for attempt in range(3):
+        port = free_port()
+        try:
+            return start(port, directory, persistent=persistent), port
+        except RuntimeError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

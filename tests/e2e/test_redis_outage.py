@@ -19,7 +19,7 @@ import pytest
 
 from tests import redis_server
 from tests.e2e.test_read_tool_output import HANDLE, history, last_tool_result, read_call
-from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion, free_port
+from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion
 
 pytestmark = pytest.mark.e2e
 
@@ -32,10 +32,9 @@ class Redis:
     """One redis-server that can be killed, frozen and started again on its port and files."""
 
     def __init__(self, directory: Path) -> None:
-        self.port = free_port()
         self.directory = directory
         directory.mkdir(exist_ok=True)
-        self.process = redis_server.start(self.port, directory, persistent=True)
+        self.process, self.port = redis_server.start_on_a_free_port(directory, persistent=True)
 
     @property
     def url(self) -> str:
