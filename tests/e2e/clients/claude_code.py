@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 import pytest
 
-CLAUDE_CODE_VERSION = "2.1.197"  # the version the captured bodies in ../shared/clients come from
+CLAUDE_CODE_VERSION = "2.1.197"  # the version the captured request bodies come from
 CLAUDE_MODEL = "claude-sonnet-4-5"
 API_KEY = "sk-ant-api03-compaction-proxy-claude-code-0000"
 TIMEOUT = 60.0
