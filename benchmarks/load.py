@@ -158,7 +158,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -169,65 +169,102 @@ def main() -> int:
     parser.add_argument("--sample-every", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (server.workers)")
     parser.add_argument("--config", default="{}", help="extra proxy settings as JSON")
-    args = parser.parse_args()
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="the fake model's wait per answer")
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also run the proxy from another checkout DIR (e.g. a git worktree of main), "
+        "alternating with this one, and report both side by side",
+    )
+    parser.add_argument("--reps", type=int, default=1, help="runs per proxy, alternating")
+    return parser.parse_args()
+
+
+Run = tuple[list[float], list[str], list[Row], float]
+
+
+def through_proxy(url: str, pid: int, args: argparse.Namespace) -> Run:
+    """The load through one proxy; the last item is its CPU seconds over the run."""
+
+    async def run() -> Run:
+        stop, rows = asyncio.Event(), []
+        ticks = tree_ticks(pid)
+        sampler = asyncio.create_task(sample(pid, args.sample_every, args.workers, stop, rows))
+        lat, err = await drive(url, args.sessions, args.seconds, {"authorization": "Bearer sk-load"})
+        stop.set()
+        await sampler
+        return lat, err, rows, (tree_ticks(pid) - ticks) / CLK_TCK
+
+    return asyncio.run(run())
+
+
+def main() -> int:
+    args = parse_args()
+    roots = {"this": Path(__file__).resolve().parent.parent}
+    for item in args.compare:
+        name, _, directory = item.partition("=")
+        roots[name] = Path(directory).resolve()
+    runs: dict[str, list[Run]] = {name: [] for name in roots}
     with tempfile.TemporaryDirectory(prefix="cpx-load-") as tmp:
         procs = Processes(Path(tmp))
         try:
             up_port = free_port()
-            procs.start_upstream(up_port, chunks=8, chunk_interval_ms=0.0, delay_ms=0.0)
+            procs.start_upstream(up_port, chunks=8, chunk_interval_ms=0.0, delay_ms=args.delay_ms)
             extra = {
                 "policy": "improved",
                 "context_windows": {"default": args.window},
                 "server": {"workers": args.workers},
                 **orjson.loads(args.config),
             }
-            port, pid = procs.start_proxy(up_port, extra)
             direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
-            proxied = f"http://127.0.0.1:{port}/v1/chat/completions"
             d_lat, d_err = asyncio.run(drive(direct, args.sessions, args.direct_seconds, {}))
-
-            async def through_proxy() -> tuple[list[float], list[str], list[Row]]:
-                stop, rows = asyncio.Event(), []
-                sampler = asyncio.create_task(sample(pid, args.sample_every, args.workers, stop, rows))
-                lat, err = await drive(
-                    proxied, args.sessions, args.seconds, {"authorization": "Bearer sk-load"}
-                )
-                stop.set()
-                await sampler
-                return lat, err, rows
-
-            p_lat, p_err, rows = asyncio.run(through_proxy())
+            for rep in range(args.reps):
+                order = list(roots) if rep % 2 == 0 else list(reversed(roots))
+                for name in order:
+                    # A fresh proxy per run: every run starts with cold sessions and caches.
+                    port, pid = procs.start_proxy(up_port, extra, root=roots[name], name=f"{name}-{rep}")
+                    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                    runs[name].append(through_proxy(url, pid, args))
+                    procs.stop(pid)
         finally:
             procs.stop_all()
+    report(args, d_lat, d_err, runs)
+    return 0
+
+
+def report(
+    args: argparse.Namespace, d_lat: list[float], d_err: list[str], runs: dict[str, list[Run]]
+) -> None:
     print(
         f"{args.sessions} concurrent streaming sessions, policy improved, window {args.window:,}, "
-        f"{args.workers} worker(s)\n"
+        f"{args.workers} worker(s), model wait {args.delay_ms:g} ms\n"
     )
-    print("| target | seconds | requests | errors | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, seconds, lat, err in (
-        ("direct", args.direct_seconds, d_lat, d_err),
-        ("proxy", args.seconds, p_lat, p_err),
-    ):
-        row = [
-            name,
-            f"{seconds:g}",
-            str(len(lat)),
-            str(len(err)),
-            f"{pct(lat, 0.5):.1f}",
-            f"{pct(lat, 0.99):.1f}",
-        ]
-        print("| " + " | ".join(row) + " |")
-    added_p50 = pct(p_lat, 0.5) - pct(d_lat, 0.5)
-    added_p99 = pct(p_lat, 0.99) - pct(d_lat, 0.99)
-    print(f"\nadded: p50 +{added_p50:.1f} ms, p99 +{added_p99:.1f} ms")
-    print("\n| t (s) | proxy CPU % | proxy RSS MB | per worker MB |\n|---:|---:|---:|---|")
-    for t, cpu, rss, per_worker in rows:
-        workers = " / ".join(f"{value:.0f}" for value in per_worker) or "-"
-        print(f"| {t:.0f} | {cpu:.0f} | {rss:.0f} | {workers} |")
-    if p_err:
-        print("\nerrors:", sorted(set(p_err)))
-    return 0
+    print("| target | seconds | requests | errors | p50 ms | p99 ms | proxy CPU ms/request |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| direct | {args.direct_seconds:g} | {len(d_lat)} | {len(d_err)} | "
+        f"{pct(d_lat, 0.5):.1f} | {pct(d_lat, 0.99):.1f} | - |"
+    )
+    for name, name_runs in runs.items():
+        for rep, (lat, err, _, cpu) in enumerate(name_runs):
+            per_request = cpu * 1000 / max(1, len(lat))
+            print(
+                f"| proxy {name} (run {rep + 1}) | {args.seconds:g} | {len(lat)} | {len(err)} | "
+                f"{pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | {per_request:.2f} |"
+            )
+    for name, name_runs in runs.items():
+        print(
+            f"\n{name}, last run:\n\n| t (s) | proxy CPU % | proxy RSS MB | per worker MB |"
+            "\n|---:|---:|---:|---|"
+        )
+        for t, cpu_pct, rss, per_worker in name_runs[-1][2]:
+            workers = " / ".join(f"{value:.0f}" for value in per_worker) or "-"
+            print(f"| {t:.0f} | {cpu_pct:.0f} | {rss:.0f} | {workers} |")
+        errors = sorted({e for run in name_runs for e in run[1]})
+        if errors:
+            print("\nerrors:", errors)
 
 
 if __name__ == "__main__":

@@ -60,13 +60,18 @@ class Processes:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, name: str, argv: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
     ) -> int:
         """Start ``argv`` with its output in ``TMP/NAME.log``; wait until ``ready()``."""
         log_path = self.tmp / f"{name}.log"
         with log_path.open("ab") as out:
             proc = subprocess.Popen(
-                argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.started.append(proc)
         deadline = time.monotonic() + 60
@@ -88,22 +93,39 @@ class Processes:
         return self.start("fake_upstream", argv, lambda: b"listening on" in log_path.read_bytes())
 
     def start_proxy(
-        self, upstream_port: int, extra_config: dict[str, object] | None = None
+        self,
+        upstream_port: int,
+        extra_config: dict[str, object] | None = None,
+        root: Path = ROOT,
+        name: str = "proxy",
     ) -> tuple[int, int]:
-        """The proxy as users run it, with a temporary config; returns (port, pid)."""
+        """The proxy as users run it, with a temporary config; returns (port, pid). ``root``:
+        the checkout whose code runs (``python -m`` imports from its working directory first),
+        so two commits can be measured side by side in one run."""
         port = free_port()
         config = {
             "upstream": {"base_url": f"http://127.0.0.1:{upstream_port}/v1"},
             "logging": {"level": "warning", "format": "json"},
-            "state_dir": str(self.tmp / "state"),
+            "state_dir": str(self.tmp / f"state-{name}"),
             **(extra_config or {}),
         }
-        config_path = self.tmp / "proxy.yml"
+        config_path = self.tmp / f"{name}.yml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is valid YAML
         # The developer's COMPACTION_PROXY_* variables would override the temporary config.
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
         argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path), "--port", str(port)]
-        return port, self.start("proxy", argv, lambda: _answers(port, "/readyz"), env)
+        return port, self.start(name, argv, lambda: _answers(port, "/readyz"), env, cwd=root)
+
+    def stop(self, pid: int) -> None:
+        """SIGTERM one process this run started, by its PID (SIGKILL after 10 s)."""
+        for proc in self.started:
+            if proc.pid == pid and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
 
     def stop_all(self) -> None:
         """SIGTERM each process by PID, newest first; SIGKILL what does not exit in 10 s."""
