@@ -19,11 +19,12 @@ from policies.tokens import TokenCounter
 from proxy.api_docs import openapi_config
 from proxy.compaction import CompactionService
 from proxy.control import control_routes, not_found
-from proxy.dialects import ROUTES, make_dialects
+from proxy.dialects import DOORS, make_dialects
 from proxy.edge import Edge, Receive, Scope, Send
 from proxy.events import EventSink, config_hash
 from proxy.hidden_rounds import HiddenRounds
 from proxy.large_requests import LargeRequests
+from proxy.loop_runner import LoopRunner
 from proxy.memory import malloc_trim, trim_forever
 from proxy.metrics import Metrics
 from proxy.observers import AccessLog, CompactionRecord, Observer, RequestMetrics, TokenCalibration
@@ -132,10 +133,20 @@ def create_app(
         max_sessions=settings.sessions.max_sessions,
         injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
     )
-    dialects = make_dialects()
+    dialects = make_dialects(HiddenRounds(store, shared=shared))
     shadow = ShadowComparer(
         sample_rate=settings.shadow.sample_rate if settings.shadow.compare else 0.0,
         max_concurrent=settings.shadow.max_concurrent,
+    )
+    loops = LoopRunner(
+        dialects=dialects,
+        counter=counter,
+        windows=windows,
+        upstream=upstream,
+        store=store,
+        metrics=metrics,
+        limits=loop_limits(settings),
+        read_max_lines=settings.read_tool.max_lines,
     )
     route = CompactingRoute(
         dialects=dialects,
@@ -146,12 +157,10 @@ def create_app(
         counter=counter,
         windows=windows,
         upstream=upstream,
-        store=store,
         metrics=metrics,
         shadow=shadow,
-        loop_limits=loop_limits(settings),
+        loops=loops,
         read_max_lines=settings.read_tool.max_lines,
-        hidden=HiddenRounds(store, shared=shared),
     )
     events = EventSink(store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc)
     version = package_version()
@@ -161,7 +170,7 @@ def create_app(
             metrics=metrics,
             events=events,
             shadow=shadow,
-            ask=route.ask_upstream,
+            ask=loops.ask,
             decide=lambda dialect: dialects[dialect].decision,
             policy_meta={name: (version, config_hash(spec)) for name, spec in policy_specs(settings).items()},
             record_skipped=settings.events.record_skipped,
@@ -171,7 +180,7 @@ def create_app(
         AccessLog(log),
     ]
     edge = Edge(
-        routes=ROUTES,
+        doors=DOORS,
         route=route,
         upstream=upstream,
         providers=make_providers(settings),
@@ -247,7 +256,7 @@ def create_app(
         route_handlers=control_routes(settings, store, metrics, state.ready),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
-        openapi_config=openapi_config(version, ROUTES),
+        openapi_config=openapi_config(version, {door.path: door.dialect for door in DOORS}),
         exception_handlers={NotFoundException: not_found},
         logging_config=None,
         debug=False,

@@ -18,8 +18,9 @@ from typing import Any
 
 import structlog
 
+from proxy.dialects import Door
 from proxy.errors import ProxyError
-from proxy.exchange import Body, ClientDisconnected, Exchange, new_request_id
+from proxy.exchange import ClientDisconnected, Exchange, new_request_id
 from proxy.forwarding import UnsafePath, header_value
 from proxy.metrics import Metrics
 from proxy.observers import Observer
@@ -39,7 +40,7 @@ class Edge:
     def __init__(
         self,
         *,
-        routes: Mapping[bytes, str],
+        doors: Sequence[Door],
         route: CompactingRoute,
         upstream: Upstream,
         providers: Providers,
@@ -48,8 +49,8 @@ class Edge:
         max_body_bytes: int,
         logger: Any = None,
     ) -> None:
-        """``routes``: POST paths whose requests are compacted, and their dialect."""
-        self.routes = routes
+        """``doors``: the routes whose requests are compacted (``proxy/dialects``)."""
+        self.doors = {(door.method, door.path): door for door in doors}
         self.route = route
         self.upstream = upstream
         self.providers = providers
@@ -64,10 +65,10 @@ class Edge:
             return
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         raw_path = raw_path.split(b"?", 1)[0]
-        dialect = self.routes.get(raw_path) if scope["method"] == "POST" else None
+        door = self.doors.get((scope["method"].encode("latin-1"), raw_path))
         exchange = Exchange(
             request_id=new_request_id(),
-            route=dialect or "passthrough",
+            route=door.dialect if door else "passthrough",
             method=scope["method"],
             started=time.perf_counter(),
         )
@@ -86,7 +87,11 @@ class Edge:
                     return
 
         watcher: asyncio.Task[None] | None = None
-        provider = self.providers.for_request(raw_path, scope["headers"])
+        provider = (
+            self.providers.named(door.provider)
+            if door
+            else self.providers.for_request(raw_path, scope["headers"])
+        )
         try:
             if provider.refuse_anonymous and not credentials(scope["headers"]):
                 raise ProxyError(
@@ -101,10 +106,10 @@ class Edge:
                 raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
             body = await self._read_body(scope, receive)
             watcher = asyncio.create_task(watch_disconnect())
-            if dialect is not None:
-                handed = Body(body)
-                del body
-                await self.route.handle(send, dialect, scope["headers"], handed, url, exchange, provider)
+            if door is not None:
+                draft = self.route.draft(door.dialect, scope["headers"], body, url, exchange, provider)
+                del body  # the draft owns the bytes, and drops them once they are sent
+                await self.route.handle(send, draft)
             else:
                 headers = provider.upstream_headers(scope["headers"])
                 await relay(

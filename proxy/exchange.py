@@ -87,18 +87,6 @@ class Exchange:
         self.responded = True
 
 
-class Body:
-    """A request's bytes, handed from the edge to a route: whoever takes them owns them, so no
-    frame keeps a copy alive while the upstream works (seconds, for a model)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def take(self) -> bytes:
-        data, self._data = self._data, b""
-        return data
-
-
 def new_request_id() -> str:
     return "cpx-" + os.urandom(12).hex()
 

@@ -1,24 +1,40 @@
-"""Dialect adapters: one per wire format the proxy compacts (see ``base.py``)."""
+"""Dialect adapters: one per wire format the proxy compacts (see ``base.py``), and the doors:
+which request (method and path) each one reads, and which provider such a request goes to."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
 from proxy.dialects.chat import ChatDialect
 from proxy.dialects.responses import ResponsesDialect
-
-# POST routes whose requests are compacted, and the dialect that reads them. (Every other route,
-# `/v1/responses/compact`, `GET /v1/responses/{id}` and `/v1/messages/count_tokens` included, is
-# relayed verbatim.)
-ROUTES: dict[bytes, str] = {
-    b"/v1/chat/completions": "chat",
-    b"/v1/responses": "responses",
-    b"/v1/messages": "anthropic",
-}
+from proxy.hidden_rounds import HiddenRounds
 
 
-def make_dialects() -> dict[str, Dialect]:
-    return {"chat": ChatDialect(), "responses": ResponsesDialect(), "anthropic": AnthropicDialect()}
+@dataclass(frozen=True, slots=True)
+class Door:
+    """A route whose requests are compacted: the dialect that reads them and the provider
+    (``providers.py``) they go to."""
+
+    method: bytes
+    path: bytes
+    dialect: str
+    provider: str
 
 
-__all__ = ["ROUTES", "Dialect", "make_dialects"]
+# Every other route, `/v1/responses/compact`, `GET /v1/responses/{id}` and
+# `/v1/messages/count_tokens` included, is relayed verbatim.
+DOORS: tuple[Door, ...] = (
+    Door(b"POST", b"/v1/chat/completions", "chat", "openai"),
+    Door(b"POST", b"/v1/responses", "responses", "openai"),
+    Door(b"POST", b"/v1/messages", "anthropic", "anthropic"),
+)
+
+
+def make_dialects(hidden: HiddenRounds | None = None) -> dict[str, Dialect]:
+    """``hidden``: the read rounds Anthropic clients never saw (None in a worker process)."""
+    return {"chat": ChatDialect(), "responses": ResponsesDialect(), "anthropic": AnthropicDialect(hidden)}
+
+
+__all__ = ["DOORS", "Dialect", "Door", "make_dialects"]

@@ -32,8 +32,9 @@ from policies.tokens import TokenCounter
 from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
-from proxy.dialects.base import NOT_RUN, Answer, Parsed
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed
 from proxy.errors import ProxyError
+from proxy.hidden_rounds import HiddenRounds
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.shadow import FINAL_ANSWER, decision_signature
@@ -96,8 +97,13 @@ def prompt_tokens(usage: Any) -> int:
     return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
 
 
-class AnthropicDialect:
+class AnthropicDialect(BaseDialect):
     name = "anthropic"
+
+    def __init__(self, hidden: HiddenRounds | None = None) -> None:
+        """``hidden``: where read rounds the client never saw are kept, to be put back when
+        the client echoes their answer (None: not kept, as in a worker process)."""
+        self.hidden = hidden
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
         if not isinstance(body, dict):
@@ -146,10 +152,6 @@ class AnthropicDialect:
             parsed.notes["cache_breakpoint"] = rendered.cache_block_kind if skipped is None else skipped
         return with_thinking_rebound(body)
 
-    def answer_tokens(self, body: dict[str, Any]) -> int:
-        asked = body.get("max_tokens")
-        return asked if isinstance(asked, int) and not isinstance(asked, bool) else 0
-
     def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
         neutral = {
             "model": body.get("model"),
@@ -157,6 +159,27 @@ class AnthropicDialect:
             "tools": neutral_tools(body.get("tools")),
         }
         return counter.count_request(neutral).total
+
+    def upstream_headers(self, headers: Headers, body: dict[str, Any] | None) -> Headers:
+        return binding_headers(headers, body) if body is not None else headers
+
+    async def restore(self, tenant: str, data: Any) -> tuple[Any, int]:
+        if self.hidden is None or not isinstance(data, dict):
+            return data, 0
+        return await self.hidden.restore(tenant, data)
+
+    def read_loop_start(self, body: dict[str, Any]) -> Any:
+        return len(body.get("messages") or [])
+
+    async def read_loop_end(self, tenant: str, mark: Any, body: dict[str, Any], result: Any) -> None:
+        """The client gets the last round only: what it did not see is kept, for when it
+        echoes the answer."""
+        if self.hidden is None or not mark or not result.rounds:
+            return
+        if result.status != 200 or result.error or not result.final_answer:
+            return
+        answer = [b for b in result.final_answer if not self.is_read_call(b)]
+        await self.hidden.record(tenant, body["messages"][mark:], answer)
 
     def with_read_tool(self, body: dict[str, Any], max_lines: int) -> dict[str, Any]:
         function = tool_schema(max_lines)["function"]

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
+
+Headers = list[tuple[bytes, bytes]]
 
 # The result an agent's call gets when it came in one answer with a read: it is not run, and
 # the model calls it again (or not) with what it read.
@@ -151,3 +155,98 @@ class Dialect(Protocol):
         """The next decision of a raw answer (the first action's signature, or the final
         answer), for shadow comparisons."""
         ...
+
+    def upstream_headers(self, headers: Headers, body: dict[str, Any] | None) -> Headers:
+        """The headers a body the proxy wrote needs upstream (``body`` None: the client's own
+        bytes go, with the client's headers)."""
+        ...
+
+    async def restore(self, tenant: str, data: Any) -> tuple[Any, int]:
+        """A request as the upstream must see it before it is read (e.g. read rounds the
+        client never saw put back where they happened), and how many were restored."""
+        ...
+
+    def read_loop_start(self, body: dict[str, Any]) -> Any:
+        """What the dialect remembers of a read loop's first body for ``read_loop_end``."""
+        ...
+
+    async def read_loop_end(self, tenant: str, mark: Any, body: dict[str, Any], result: Any) -> None:
+        """A read loop answered: ``body`` is its last round's, ``result`` its ``LoopResult``."""
+        ...
+
+
+def int_field(data: Any, key: str) -> int:
+    """``data[key]`` when it is a JSON integer (not a boolean), else 0."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def add_round_usage(
+    total: dict[str, int], usage: dict[str, Any], prompt: str, output: str, whole: str
+) -> None:
+    """One more round into ``total``: its prompt figure replaces the last one, its output adds."""
+    value = usage.get(prompt)
+    if isinstance(value, int) and not isinstance(value, bool):
+        total[prompt] = value
+    value = usage.get(output)
+    if isinstance(value, int) and not isinstance(value, bool):
+        total[output] = total.get(output, 0) + value
+    total[whole] = total.get(prompt, 0) + total.get(output, 0)
+
+
+def json_usage(raw: bytes) -> Any:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data.get("usage") if isinstance(data, dict) else None
+
+
+class BaseDialect:
+    """What an adapter inherits unless its format differs: the usage keys of one answer, the
+    answer length a body asks for, counting through ``parse``, and hooks that do nothing.
+
+    An adapter writes ``parse``, ``render``, the read tool's four methods, ``json_answer``,
+    ``add_round``, ``final_json``, ``codec``, ``error_event`` and ``decision``."""
+
+    name: str = ""
+    # The usage fields of one answer: the prompt (the context the answer came from), the
+    # output, and their sum; over read rounds the prompt is the last round's, outputs add up.
+    prompt_key: ClassVar[str] = "prompt_tokens"
+    output_key: ClassVar[str] = "completion_tokens"
+    total_key: ClassVar[str] = "total_tokens"
+    # The body field that asks for an answer length.
+    max_tokens_key: ClassVar[str] = "max_tokens"
+
+    def parse(self, body: Any, lenient: bool) -> Parsed:
+        raise NotImplementedError
+
+    def answer_tokens(self, body: dict[str, Any]) -> int:
+        return int_field(body, self.max_tokens_key)
+
+    def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
+        return counter.count_request(self.parse(body, False).neutral).total
+
+    def add_usage(self, total: dict[str, int], usage: Any) -> None:
+        if isinstance(usage, dict):
+            add_round_usage(total, usage, self.prompt_key, self.output_key, self.total_key)
+
+    def prompt_tokens(self, usage: Any) -> int:
+        return int_field(usage, self.prompt_key)
+
+    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
+        if sse:
+            return 0  # a stream reports usage in its last event, if at all
+        return self.prompt_tokens(json_usage(raw))
+
+    def upstream_headers(self, headers: Headers, body: dict[str, Any] | None) -> Headers:
+        return headers
+
+    async def restore(self, tenant: str, data: Any) -> tuple[Any, int]:
+        return data, 0
+
+    def read_loop_start(self, body: dict[str, Any]) -> Any:
+        return None
+
+    async def read_loop_end(self, tenant: str, mark: Any, body: dict[str, Any], result: Any) -> None:
+        return None

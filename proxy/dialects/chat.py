@@ -16,33 +16,12 @@ import orjson
 from policies.conversation import Message, shape_problem
 from policies.pipeline import requested_answer_tokens
 from policies.tokens import TokenCounter
-from proxy.dialects.base import Answer, Parsed
+from proxy.dialects.base import Answer, BaseDialect, Parsed
 from proxy.dialects.chat_stream import ChatStream
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter, chat_error_event
 from proxy.shadow import chat_decision
-
-
-def add_round_usage(
-    total: dict[str, int], usage: dict[str, Any], prompt: str, output: str, whole: str
-) -> None:
-    """One more round into ``total``: its prompt figure replaces the last one, its output adds."""
-    value = usage.get(prompt)
-    if isinstance(value, int) and not isinstance(value, bool):
-        total[prompt] = value
-    value = usage.get(output)
-    if isinstance(value, int) and not isinstance(value, bool):
-        total[output] = total.get(output, 0) + value
-    total[whole] = total.get(prompt, 0) + total.get(output, 0)
-
-
-def json_usage(raw: bytes) -> Any:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return data.get("usage") if isinstance(data, dict) else None
 
 
 def is_read_call(call: Any) -> bool:
@@ -55,7 +34,7 @@ def _is_read_tool(tool: Any) -> bool:
     return isinstance(function, dict) and function.get("name") == TOOL_NAME
 
 
-class ChatDialect:
+class ChatDialect(BaseDialect):
     name = "chat"
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
@@ -140,18 +119,3 @@ class ChatDialect:
 
     def decision(self, raw: bytes, sse: bool) -> str:
         return chat_decision(raw, sse)
-
-    def prompt_tokens(self, usage: Any) -> int:
-        value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
-        if sse:
-            return 0  # a stream reports usage in its last chunk, if asked to
-        return self.prompt_tokens(json_usage(raw))
-
-    def add_usage(self, total: dict[str, int], usage: Any) -> None:
-        """The last round's prompt (the context the answer came from, which agents read as their
-        context size) and every round's completion; each round's usage is in the event."""
-        if isinstance(usage, dict):
-            add_round_usage(total, usage, "prompt_tokens", "completion_tokens", "total_tokens")

@@ -35,8 +35,7 @@ import orjson
 
 from policies.conversation import OPAQUE_ROLE, Message
 from policies.tokens import TokenCounter
-from proxy.dialects.base import NOT_RUN, Answer, Parsed
-from proxy.dialects.chat import add_round_usage, json_usage
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Parsed
 from proxy.dialects.responses_stream import ResponsesStream, error_event
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
@@ -232,8 +231,11 @@ def _changed_items(message: Message, originals: list[dict[str, Any]]) -> list[di
     return [{**item, "content": [{"type": kind, "text": text}]}]
 
 
-class ResponsesDialect:
+class ResponsesDialect(BaseDialect):
     name = "responses"
+    prompt_key = "input_tokens"
+    output_key = "output_tokens"
+    max_tokens_key = "max_output_tokens"
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
         if not isinstance(body, dict):
@@ -299,10 +301,6 @@ class ResponsesDialect:
             body.pop("instructions", None)
         body["input"] = items
         return body
-
-    def answer_tokens(self, body: dict[str, Any]) -> int:
-        asked = body.get("max_output_tokens")
-        return asked if isinstance(asked, int) and not isinstance(asked, bool) else 0
 
     def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
         messages, _ = read_input(body)
@@ -374,20 +372,6 @@ class ResponsesDialect:
 
     def error_event(self, error: ProxyError) -> bytes:
         return error_event(error)
-
-    def add_usage(self, total: dict[str, int], usage: Any) -> None:
-        """The last round's input (Codex sizes its context from it) and every round's output."""
-        if isinstance(usage, dict):
-            add_round_usage(total, usage, "input_tokens", "output_tokens", "total_tokens")
-
-    def prompt_tokens(self, usage: Any) -> int:
-        value = usage.get("input_tokens") if isinstance(usage, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
-        if sse:
-            return 0  # a stream reports usage in its last event
-        return self.prompt_tokens(json_usage(raw))
 
     def decision(self, raw: bytes, sse: bool) -> str:
         output = ResponsesStream.output_of(raw) if sse else _output_of_json(raw)
