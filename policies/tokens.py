@@ -15,6 +15,7 @@ next request of a session pays only for its new messages.
 from __future__ import annotations
 
 import base64
+import copy
 import fnmatch
 import json
 import threading
@@ -242,6 +243,19 @@ class TokenCounter:
         self._caches: dict[str, _TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
         self._role_counts: dict[str, dict[str, int]] = {}
+        # Only in a counter for one request (``for_request``): message id -> (message,
+        # encoding, tokens). The message is held, so its id cannot name another object.
+        self._messages: dict[int, tuple[object, str, int]] | None = None
+
+    def for_request(self) -> TokenCounter:
+        """This counter for one request: the same caches and encodings, and a memo of the
+        messages it counted, by identity. A request counts the same message objects several
+        times (the policy's stages, the read loop's rounds), and each count after the first is
+        one lookup. Drop it with the request (its memo keeps those messages alive); a message
+        must not change once counted (the stages build new messages, never edit one)."""
+        scoped = copy.copy(self)
+        scoped._messages = {}
+        return scoped
 
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
         """Load encodings now (about 0.3 s each) instead of on first use; by default the
@@ -323,6 +337,17 @@ class TokenCounter:
         return self.count_text(json_text(content), encoding)
 
     def count_message(self, message: object, encoding: str) -> int:
+        memo = self._messages
+        if memo is None:
+            return self._count_message(message, encoding)
+        found = memo.get(id(message))
+        if found is not None and found[0] is message and found[1] == encoding:
+            return found[2]
+        total = self._count_message(message, encoding)
+        memo[id(message)] = (message, encoding, total)
+        return total
+
+    def _count_message(self, message: object, encoding: str) -> int:
         if not isinstance(message, dict):
             return TOKENS_PER_MESSAGE
         total = TOKENS_PER_MESSAGE

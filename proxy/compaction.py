@@ -111,14 +111,16 @@ class CompactionService:
         headers: Headers,
         skipped: str | None,
         client_origin: Origin | None = None,
+        counter: TokenCounter | None = None,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
-        is for that upstream only)."""
-        encoding = self.counter.encoding_for(neutral.get("model"))
-        if not self.counter.is_loaded(encoding):
+        is for that upstream only). ``counter``: the request's own (``for_request``)."""
+        counter = counter or self.counter
+        encoding = counter.encoding_for(neutral.get("model"))
+        if not counter.is_loaded(encoding):
             # Another model family's encoding: loaded once, off the event loop.
-            await asyncio.to_thread(self.counter.warm_up, [encoding])
+            await asyncio.to_thread(counter.warm_up, [encoding])
         effective = without_stages(policy) if skipped else policy
         messages = neutral["messages"]
         resolution = None
@@ -135,7 +137,7 @@ class CompactionService:
         async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
             return await effective.apply(
                 neutral,
-                self.counter,
+                counter,
                 window=window,
                 checkpoint=checkpoint,
                 summarizer=summarizer,

@@ -38,6 +38,8 @@ class LoopPlan:
     requested: int
     # The session's saved outputs (a read of handle "*" searches them all).
     handles: tuple[str, ...] = ()
+    # The request's own counter (``TokenCounter.for_request``): the view is counted already.
+    counter: TokenCounter | None = None
 
 
 class LoopRunner:
@@ -76,7 +78,7 @@ class LoopRunner:
         loop = ReadLoop(
             plan.body,
             dialect=dialect,
-            counter=self.counter,
+            counter=plan.counter or self.counter,
             window=plan.window,
             reserve=plan.reserve,
             limits=self.limits,

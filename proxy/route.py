@@ -69,6 +69,8 @@ class Draft:
     compacted: Compacted | None = None
     view: dict[str, Any] | None = None  # the view as the dialect's wire body
     loop: LoopPlan | None = None  # set when the read loop serves the request
+    # The request's counter: each message is counted once however often it is asked for.
+    counter: TokenCounter | None = None
 
     def as_sent(self, why: str) -> bool:
         """The request goes exactly as the client sent it; the header says why."""
@@ -122,14 +124,16 @@ class CompactingRoute:
     def draft(
         self, dialect: str, headers: Headers, content: bytes, url: str, exchange: Exchange, provider: Provider
     ) -> Draft:
-        return Draft(self.dialects[dialect], provider, headers, url, exchange, content)
+        draft = Draft(self.dialects[dialect], provider, headers, url, exchange, content)
+        draft.counter = self.counter.for_request()
+        return draft
 
     async def handle(self, send: Send, draft: Draft) -> None:
         for step in self.steps:
             if not await step(draft):
                 break
         # Released before the upstream wait: only what is sent is kept.
-        draft.data = draft.parsed = draft.compacted = None
+        draft.data = draft.parsed = draft.compacted = draft.counter = None
         view, draft.view = draft.view, None
         dialect, exchange = draft.dialect, draft.exchange
         headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), view)
@@ -222,7 +226,7 @@ class CompactingRoute:
             return True
         neutral = parsed.neutral
         budget = self.windows.window_for(neutral.get("model")) - max(1024, requested_answer_tokens(neutral))
-        fits = self.counter.count_request(neutral).total <= budget
+        fits = (draft.counter or self.counter).count_request(neutral).total <= budget
         parsed.notes["agent_compaction"] = {
             "agent": agent,
             "action": "forwarded as sent" if fits else "compacted to fit the window",
@@ -258,6 +262,7 @@ class CompactingRoute:
                 headers=draft.headers,
                 skipped=draft.skipped,
                 client_origin=origin,
+                counter=draft.counter,
             )
             compacted.stream, compacted.notes, compacted.head = parsed.stream, parsed.notes, parsed.body
         draft.compacted = compacted
@@ -306,6 +311,7 @@ class CompactingRoute:
                 reserve=max(policy_reserve(draft.policy), requested),
                 requested=requested,
                 handles=tuple(outcome.checkpoint.handles),
+                counter=draft.counter,
             )
             draft.view = draft.loop.body
             draft.content = b""
