@@ -46,9 +46,16 @@ def body_key(body: bytes) -> bytes:
     return hashlib.blake2b(body, digest_size=16).digest()
 
 
+# The fewest bytes a message takes in a body (``{"role":"user"}`` and a comma): a body shorter
+# than this many per message cannot hold too many of them, and is not scanned.
+_MESSAGE_MIN_BYTES = 16
+
+
 def is_large(body: bytes, max_bytes: int, max_messages: int) -> bool:
     """Decided on the raw bytes (a byte count: far cheaper than any parse)."""
-    return len(body) > max_bytes or body.count(_ROLE) > max_messages
+    if len(body) > max_bytes:
+        return True
+    return len(body) > max_messages * _MESSAGE_MIN_BYTES and body.count(_ROLE) > max_messages
 
 
 @dataclass(frozen=True, slots=True)
