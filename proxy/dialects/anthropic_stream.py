@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from proxy.dialects.base import HELD_TEXT_CHARS
+from proxy.dialects.held_parts import HeldParts
 from proxy.errors import ProxyError, anthropic_error_body
 from proxy.response_writer import ResponseWriter
 
@@ -114,11 +114,7 @@ class AnthropicStream:
         self.complete = False
         self.error: Any = None
         self._delta: dict[str, Any] | None = None
-        self._pending: list[_Block] = []  # thinking waiting for the block after it
-        self._holding = False  # a block of this round is held: so is every later one
-        # A text block whose first characters are held, with the thinking before it.
-        self._held_text: tuple[_Block, list[_Block]] | None = None
-        self._held_chars = 0
+        self._held: HeldParts[_Block] = HeldParts(self.relay.flush, keep_order=True)
 
     @property
     def text(self) -> str:
@@ -173,7 +169,7 @@ class AnthropicStream:
         if kind == "content_block_start" and isinstance(payload.get("content_block"), dict):
             started = _Block(payload["content_block"], self.is_read_call(payload["content_block"]))
             self.blocks[index] = started
-            await self._started(started)
+            self._started(started)
         block = self.blocks.get(index)
         if block is None:
             return
@@ -189,46 +185,19 @@ class AnthropicStream:
             await self.relay.send_block(block, payload)
             return
         block.events.append(payload)
-        if added and self._held_text and self._held_text[0] is block:
-            self._held_chars += len(added)
-            if self._held_chars > HELD_TEXT_CHARS:
-                await self._release_text()
+        if added:
+            await self._held.text_added(block, len(added))
 
-    async def _started(self, block: _Block) -> None:
-        """A new block decides the fate of what is held before it."""
+    def _started(self, block: _Block) -> None:
+        """A new block decides the fate of what is held before it (``held_parts.py``)."""
         if block.kind in _HELD_WITH_NEXT:
-            self._pending.append(block)
-            return
-        if block.read:
-            # The round reads: its held text and thinking go back upstream with the read.
-            if self._held_text:
-                text, before = self._held_text
-                self._held_text = None
-                text.read = True
-                self._pending = [*before, *self._pending]
-            for thinking in self._pending:
-                thinking.read = True
-            self._pending = []
-            return
-        if block.kind == "text" and not self._holding and self._held_text is None:
-            # Held, with the thinking before it, until the round shows it is not a read round.
-            self._held_text, self._pending = (block, self._pending), []
-            self._held_chars = 0
-            return
-        # An agent's call (or a server tool block, or text after held text) is held to the
-        # round's end, with the thinking before it, and so is every block after it: the client
-        # gets the round's blocks in the order the model wrote them.
-        self._holding = True
-
-    async def _release_text(self) -> None:
-        """The held text wrote more than a read round's preamble: relay it, the thinking before
-        it first, and its deltas as they arrive from now on."""
-        assert self._held_text is not None
-        text, before = self._held_text
-        self._held_text = None
-        for thinking in before:
-            await self.relay.flush(thinking)
-        await self.relay.flush(text)
+            self._held.reasoning_started(block)
+        elif block.read:
+            self._held.read_started()
+        elif block.kind == "text":
+            self._held.text_started(block)
+        else:
+            self._held.other_started()
 
     def calls(self) -> list[Any]:
         return [b.data for _, b in sorted(self.blocks.items()) if b.kind == "tool_use" and b.done]

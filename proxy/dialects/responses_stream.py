@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from proxy.dialects.base import HELD_TEXT_CHARS
+from proxy.dialects.held_parts import HeldParts
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
 
@@ -80,10 +80,7 @@ class ResponsesStream:
         self.complete = False
         self.error: Any = None
         self._completed: dict[str, Any] | None = None
-        self._pending_reasoning: list[int] = []
-        # A message whose first characters are held, with the reasoning items before it.
-        self._held_message: tuple[_Item, list[int]] | None = None
-        self._held_chars = 0
+        self._held: HeldParts[_Item] = HeldParts(self.relay.flush, keep_order=False)
 
     @property
     def text(self) -> str:
@@ -130,7 +127,7 @@ class ResponsesStream:
             added = payload.get("item")
             new = _Item(str(added.get("type")) if isinstance(added, dict) else "", self.is_read_call(added))
             self._items[index] = new
-            await self._started(index, new)
+            self._started(new)
         item = self._items.get(index)
         if item is None:
             return
@@ -144,45 +141,19 @@ class ResponsesStream:
             await self.relay.send_item(item, payload)
             return
         item.events.append(payload)
-        if kind == "response.output_text.delta" and self._held_message and self._held_message[0] is item:
-            self._held_chars += len(payload.get("delta") or "")
-            if self._held_chars > HELD_TEXT_CHARS:
-                await self._release_message()
+        if kind == "response.output_text.delta":
+            await self._held.text_added(item, len(payload.get("delta") or ""))
 
-    async def _started(self, index: int, item: _Item) -> None:
-        """A new item decides the fate of what is held before it."""
+    def _started(self, item: _Item) -> None:
+        """A new item decides the fate of what is held before it (``held_parts.py``)."""
         if item.kind == "reasoning":
-            self._pending_reasoning.append(index)
-            return
-        if item.read:
-            # The round reads: its held text and reasoning go back upstream with the read.
-            if self._held_message:
-                message, before = self._held_message
-                self._held_message = None
-                message.read = True
-                self._pending_reasoning = [*before, *self._pending_reasoning]
-            for reasoning in self._pending_reasoning:
-                self._items[reasoning].read = True
-            self._pending_reasoning = []
-            return
-        if item.kind == "message" and self._held_message is None:
-            # Held, with the reasoning before it, until the round shows it is not a read round.
-            self._held_message, self._pending_reasoning = (item, self._pending_reasoning), []
-            self._held_chars = 0
-            return
-        # An agent's call (or a message after a held one) is held to the round's end, the
-        # reasoning before it with it (flushed in the model's order).
-        self._pending_reasoning = []
-
-    async def _release_message(self) -> None:
-        """The held message wrote more than a read round's preamble: relay it, the reasoning
-        before it first, and its text as it arrives from now on."""
-        assert self._held_message is not None
-        message, before = self._held_message
-        self._held_message = None
-        for reasoning in before:
-            await self.relay.flush(self._items[reasoning])
-        await self.relay.flush(message)
+            self._held.reasoning_started(item)
+        elif item.read:
+            self._held.read_started()
+        elif item.kind == "message":
+            self._held.text_started(item)
+        else:
+            self._held.other_started()
 
     def calls(self) -> list[Any]:
         return [i.done for _, i in sorted(self._items.items()) if i.kind in _CALLS and i.done is not None]
