@@ -9,12 +9,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from policies.handles import MENTION
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Dialect
-from proxy.exchange import Exchange
+from proxy.exchange import Exchange, dump_json
 from proxy.loop_driver import LoopDriver
 from proxy.metrics import Metrics
 from proxy.read_loop import LoopLimits, LoopResult, ReadLoop
@@ -148,8 +146,9 @@ class LoopRunner:
             (b"accept-encoding", b"identity")
         ]
         body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-        if MENTION.encode() not in orjson.dumps(body):
-            response = await self.upstream.open("POST", url, headers, orjson.dumps(body))
+        content = dump_json(body)
+        if MENTION.encode() not in content:
+            response = await self.upstream.open("POST", url, headers, content)
             try:
                 raw = await response.aread()
             finally:

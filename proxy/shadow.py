@@ -16,8 +16,6 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
 from policies.actions import actions_of
 
 FINAL_ANSWER = "final answer"
@@ -33,51 +31,9 @@ def decision_signature(message: Any) -> str:
     return actions[0].signature
 
 
-def message_from_json(raw: bytes) -> Any:
-    try:
-        data = orjson.loads(raw)
-        return data["choices"][0]["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return None
-
-
-def message_from_sse(raw: bytes) -> Any:
-    """The assistant message a chat-completions SSE stream spelled out, delta by delta."""
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for line in raw.replace(b"\r\n", b"\n").split(b"\n"):
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if not data or data == b"[DONE]":
-            continue
-        try:
-            chunk = orjson.loads(data)
-            delta = chunk["choices"][0]["delta"]
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-            continue
-        if isinstance(delta.get("content"), str):
-            content.append(delta["content"])
-        for part in delta.get("tool_calls") or []:
-            call = calls.setdefault(
-                part.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}}
-            )
-            function = part.get("function") or {}
-            call["function"]["name"] += function.get("name") or ""
-            call["function"]["arguments"] += function.get("arguments") or ""
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return message
-
-
 Ask = Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]]
 # The decision signature of a raw answer (bytes, streamed or not): the dialect reads it.
 Decide = Callable[[bytes, bool], str]
-
-
-def chat_decision(raw: bytes, sse: bool) -> str:
-    return decision_signature(message_from_sse(raw) if sse else message_from_json(raw))
 
 
 class ShadowComparer:
@@ -96,7 +52,7 @@ class ShadowComparer:
         real_answer: bytes,
         real_is_sse: bool,
         done: Callable[[dict[str, Any]], None],
-        decide: Decide = chat_decision,
+        decide: Decide,
     ) -> None:
         """``ask`` sends the compacted body upstream (reads answered as for a real request) and
         returns the final answer's status and JSON bytes; ``decide`` reads an answer's next

@@ -9,6 +9,28 @@ larger than ``max_event_bytes`` with ``EventTooLarge``.
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
+
+def event_data(event: bytes) -> bytes:
+    """The data of one event (``\n`` line ends): its ``data:`` lines joined; the usual
+    one-line event without splitting it."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:]
+    return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+
+
+def typed_event(payload: dict[str, Any]) -> bytes:
+    """An event named by its payload's ``type``, as the Responses and Messages APIs write them."""
+    return b"event: " + str(payload.get("type")).encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def recorded_events(raw: bytes) -> list[bytes]:
+    """The events of a whole recorded stream (for shadow comparisons and usage reads)."""
+    return raw.replace(b"\r\n", b"\n").split(b"\n\n")
+
 
 class EventTooLarge(Exception):
     """The upstream's event grew past the limit without ending."""

@@ -38,6 +38,7 @@ from proxy.hidden_rounds import HiddenRounds
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.shadow import FINAL_ANSWER, decision_signature
+from proxy.sse_framer import event_data, recorded_events
 
 # The prompt side of a round's usage: an answer reports the context it was produced in.
 _PROMPT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -296,12 +297,11 @@ class AnthropicDialect(BaseDialect):
     def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
         """The prompt tokens an answer reports (its head suffices for a stream: message_start)."""
         if sse:
-            for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+            for event in recorded_events(raw):
                 if b"message_start" not in event:
                     continue
-                data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
                 try:
-                    message = orjson.loads(data).get("message")
+                    message = orjson.loads(event_data(event)).get("message")
                 except (orjson.JSONDecodeError, AttributeError):
                     return 0
                 return prompt_tokens(message.get("usage") if isinstance(message, dict) else None)

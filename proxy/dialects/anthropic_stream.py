@@ -35,19 +35,12 @@ import orjson
 from proxy.dialects.held_parts import HeldParts
 from proxy.errors import ProxyError, anthropic_error_body
 from proxy.response_writer import ResponseWriter
+from proxy.sse_framer import event_data, recorded_events, typed_event
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _HELD_WITH_NEXT = frozenset({"thinking", "redacted_thinking"})
 # Before anything reached the client, an upstream ping is relayed only after this long.
 PING_AFTER_SECONDS = 10.0
-
-
-def _data(event: bytes) -> bytes:
-    return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-
-
-def encode(payload: dict[str, Any]) -> bytes:
-    return b"event: " + str(payload.get("type")).encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 def error_event(error: ProxyError) -> bytes:
@@ -128,7 +121,7 @@ class AnthropicStream:
             await self.take(event)
 
     async def take(self, event: bytes) -> None:
-        data = _data(event)
+        data = event_data(event)
         if not data:
             return
         try:
@@ -260,19 +253,19 @@ class Relay:
     async def send(self, payload: dict[str, Any], *, last: bool = False) -> None:
         held, self.preamble = self.preamble, []
         for early in held:
-            await self.writer.write(encode(early))
+            await self.writer.write(typed_event(early))
         if last:
-            await self.writer.finish(encode(payload))
+            await self.writer.finish(typed_event(payload))
         else:
-            await self.writer.write(encode(payload))
+            await self.writer.write(typed_event(payload))
 
 
 def blocks_of_stream(raw: bytes) -> list[dict[str, Any]]:
     """The content blocks a recorded stream spelled out (for shadow comparisons)."""
     blocks: dict[int, _Block] = {}
-    for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+    for event in recorded_events(raw):
         try:
-            payload = orjson.loads(_data(event))
+            payload = orjson.loads(event_data(event))
         except orjson.JSONDecodeError:
             continue
         if not isinstance(payload, dict) or not isinstance(payload.get("index"), int):

@@ -17,11 +17,10 @@ from policies.conversation import Message, shape_problem
 from policies.pipeline import requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, BaseDialect, Parsed
-from proxy.dialects.chat_stream import ChatStream
+from proxy.dialects.chat_stream import ChatStream, chat_decision
 from proxy.errors import ProxyError
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter, chat_error_event
-from proxy.shadow import chat_decision
 
 
 def is_read_call(call: Any) -> bool:

@@ -15,13 +15,8 @@ import orjson
 from proxy.dialects.base import HELD_TEXT_CHARS
 from proxy.read_tool import TOOL_NAME
 from proxy.response_writer import ResponseWriter
-
-
-def _data(event: bytes) -> bytes:
-    if event.startswith(b"data: ") and b"\n" not in event:
-        return event[6:]  # the usual one-line event, without splitting it
-    return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-
+from proxy.shadow import decision_signature
+from proxy.sse_framer import event_data
 
 _NOT_PLAIN_TEXT = (b'"tool_calls"', b'"usage"', b'"error"', b'"function_call"')
 
@@ -43,7 +38,7 @@ def _plain_text(joined: bytes, count: int) -> bool:
 
 def _as_stop(event: bytes) -> bytes:
     try:
-        chunk = orjson.loads(_data(event))
+        chunk = orjson.loads(event_data(event))
         chunk["choices"][0]["finish_reason"] = "stop"
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         return event
@@ -119,7 +114,7 @@ class ChatStream:
         return str(self._text[0]) if self._text else ""
 
     async def take(self, event: bytes) -> None:
-        data = _data(event)
+        data = event_data(event)
         if not data:
             return
         if data == b"[DONE]":
@@ -243,7 +238,7 @@ class ChatStream:
             return self.held
         kept: list[bytes] = []
         for event in (one for held in self.held for one in held.split(b"\n\n")):
-            chunk = orjson.loads(_data(event))
+            chunk = orjson.loads(event_data(event))
             delta = chunk["choices"][0]["delta"]
             delta["tool_calls"] = [p for p in delta["tool_calls"] if p.get("index", 0) not in internal]
             if delta["tool_calls"] or chunk["choices"][0].get("finish_reason"):
@@ -269,3 +264,45 @@ class ChatStream:
             self._usage_event["usage"] = {**self._usage_event["usage"], **total_usage}
             await self._relay(b"data: " + orjson.dumps(self._usage_event))
         await self.writer.finish(b"data: [DONE]\n\n")
+
+
+def message_from_json(raw: bytes) -> Any:
+    try:
+        data = orjson.loads(raw)
+        return data["choices"][0]["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def message_from_sse(raw: bytes) -> Any:
+    """The assistant message a chat-completions SSE stream spelled out, delta by delta."""
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for line in raw.replace(b"\r\n", b"\n").split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            chunk = orjson.loads(data)
+            delta = chunk["choices"][0]["delta"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            continue
+        if isinstance(delta.get("content"), str):
+            content.append(delta["content"])
+        for part in delta.get("tool_calls") or []:
+            call = calls.setdefault(
+                part.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            function = part.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return message
+
+
+def chat_decision(raw: bytes, sse: bool) -> str:
+    return decision_signature(message_from_sse(raw) if sse else message_from_json(raw))

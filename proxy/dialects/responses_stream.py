@@ -34,23 +34,16 @@ import orjson
 from proxy.dialects.held_parts import HeldParts
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
+from proxy.sse_framer import event_data, recorded_events, typed_event
 
 _ROUND_EVENTS = frozenset({"response.created", "response.in_progress"})
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 _CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 
 
-def _data(event: bytes) -> bytes:
-    return b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-
-
-def encode(payload: dict[str, Any]) -> bytes:
-    return b"event: " + str(payload.get("type")).encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
 def error_event(error: ProxyError) -> bytes:
     """A failure after the stream started, as the Responses API writes one (the SDKs raise)."""
-    return encode(
+    return typed_event(
         {"type": "error", "code": error.code or error.type, "message": error.message, "param": error.param}
     )
 
@@ -94,7 +87,7 @@ class ResponsesStream:
             await self.take(event)
 
     async def take(self, event: bytes) -> None:
-        data = _data(event)
+        data = event_data(event)
         if not data:
             return
         try:
@@ -179,9 +172,9 @@ class ResponsesStream:
     @staticmethod
     def output_of(raw: bytes) -> list[Any]:
         """The output items a recorded stream ended with (for shadow comparisons)."""
-        for event in reversed(raw.replace(b"\r\n", b"\n").split(b"\n\n")):
+        for event in reversed(recorded_events(raw)):
             try:
-                payload = orjson.loads(_data(event))
+                payload = orjson.loads(event_data(event))
             except orjson.JSONDecodeError:
                 continue
             if isinstance(payload, dict) and payload.get("type") in _FINAL_EVENTS:
@@ -248,7 +241,7 @@ class Relay:
         ]
         chunks = []
         for payload in events:
-            chunks.append(encode({**payload, "sequence_number": self.sequence}))
+            chunks.append(typed_event({**payload, "sequence_number": self.sequence}))
             self.sequence += 1
         return b"".join(chunks)
 
@@ -269,6 +262,6 @@ class Relay:
         payload = {**payload, "sequence_number": self.sequence}
         self.sequence += 1
         if last:
-            await self.writer.finish(encode(payload))
+            await self.writer.finish(typed_event(payload))
         else:
-            await self.writer.write(encode(payload))
+            await self.writer.write(typed_event(payload))
