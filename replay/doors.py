@@ -23,7 +23,8 @@ import orjson
 from policies.conversation import Message, message_text
 from proxy.dialects.anthropic import neutral_tools as anthropic_neutral_tools
 from proxy.dialects.anthropic_messages import read_messages
-from proxy.dialects.responses import neutral_tools, read_input
+from proxy.dialects.responses import neutral_tools
+from proxy.dialects.responses_items import read_input
 
 DIALECTS = ("chat", "responses", "anthropic")
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
