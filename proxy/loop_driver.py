@@ -1,25 +1,29 @@
-"""The driver of a ``ReadLoop`` (``read_loop.py``): it moves the bytes for one client request.
+"""The driver of a ``ReadLoop`` (``read_loop.py``): it does the I/O of one client request.
 
-Each round's body goes upstream; a JSON answer or an event stream (through the dialect's codec)
-comes back; reads are resolved against the store and the loop asks again, until an answer the
-client gets. Every response goes through a ``ResponseWriter``: a round that fails before anything
-reached the client answers with the upstream's status and body, one that fails after ends the
-stream with the dialect's error event and no end-of-stream marker.
+One loop runs the loop's commands: ``Send`` a round upstream (a JSON answer or an event stream
+comes back, the only difference between the two; a stream is relayed through the dialect's
+codec as it arrives) and feed the loop its answer; run a ``Read`` against the store
+(``read_answers.py``) and give the loop its results; write the final answer (``Done``) or the
+failure (``Fail``). Every response goes through a ``ResponseWriter``: a round that fails before
+anything reached the client answers with the upstream's status and body, one that fails after
+ends the stream with the dialect's error event and no end-of-stream marker.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 
-from proxy.dialects.base import Answer
+from proxy.dialects.base import Answer, StreamCodec
 from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
-from proxy.read_answers import resolve_reads
-from proxy.read_loop import LoopResult, ReadLoop
+from proxy.read_answers import run_reads
+from proxy.read_loop import Done, Fail, LoopResult, Read, ReadLoop, Received, Send
 from proxy.response_writer import ResponseWriter
 from proxy.sse_framer import EventTooLarge, SSEFramer
 from proxy.store import Store
@@ -76,6 +80,15 @@ def _upstream_error(status: int, raw: bytes) -> ProxyError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """An upstream answer received: what the loop is fed, and how it reaches the client if it
+    is the last (with the usage summed over the rounds)."""
+
+    answer: Answer | Received
+    finish: Callable[[dict[str, int]], Awaitable[None]]
+
+
 class LoopDriver:
     """Runs a ``ReadLoop`` against the upstream for one client request (JSON or a stream), in
     the loop's dialect."""
@@ -104,6 +117,7 @@ class LoopDriver:
         self.tenant = tenant
         self.writer = writer
         self.request_id = request_id.encode()
+        self.streaming = loop.body.get("stream") is True
 
     @property
     def result(self) -> LoopResult:
@@ -111,10 +125,7 @@ class LoopDriver:
 
     async def run(self) -> LoopResult:
         try:
-            if self.loop.body.get("stream") is True:
-                await self._run_stream()
-            else:
-                await self._run_json()
+            await self._drive()
         except (ResponseTooLarge, EventTooLarge) as exc:
             # A hostile or broken upstream: bounded memory, a clean and named error, by the
             # one failure rule (a status before the response started, an error event after).
@@ -137,15 +148,100 @@ class LoopDriver:
                 await self.writer.fail(upstream_failure(exc, request_id=request_id))
         return self.result
 
-    async def _open(self) -> httpx.Response:
-        body = self.loop.next_request()
-        self.writer.set_header(b"x-compaction-tokens-after", str(self.result.largest_request).encode())
-        self.writer.set_header(b"x-compaction-read-rounds", str(self.result.rounds).encode())
+    async def _drive(self) -> None:
+        """The loop's commands, until the response is written."""
+        command = self.loop.start()
+        last: _Round | None = None
+        while True:
+            match command:
+                case Send():
+                    last = await self._round_trip(command)
+                    if last is None:
+                        return  # answered already: refused, not an answer, or ended by the upstream
+                    command = self.loop.feed(last.answer)
+                case Read(reads=reads):
+                    command = self.loop.resolved(await run_reads(reads, self.loop, self.store, self.tenant))
+                case Done(usage=usage):
+                    assert last is not None
+                    await last.finish(usage)
+                    return
+                case Fail(error=error):
+                    await self.writer.fail(error)
+                    return
+
+    async def _round_trip(self, send: Send) -> _Round | None:
+        """One round: its body upstream, its answer back (None: the response is written)."""
+        self.writer.set_header(b"x-compaction-tokens-after", str(send.tokens_after).encode())
+        self.writer.set_header(b"x-compaction-read-rounds", str(send.read_rounds).encode())
         started = time.perf_counter()
         try:
-            return await self.upstream.open("POST", self.url, self.headers, orjson.dumps(body))
+            response = await self.upstream.open("POST", self.url, self.headers, orjson.dumps(send.body))
         finally:
             self.result.upstream_seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            if response.status_code != 200:
+                await self._refused(response)
+                return None
+            received = await self._receive(response)
+        finally:
+            await response.aclose()
+            self.result.upstream_seconds += time.perf_counter() - started
+        if isinstance(received, bytes):
+            return await self._json_answer(response, received)
+        return await self._streamed_answer(received)
+
+    async def _receive(self, response: httpx.Response) -> bytes | StreamCodec:
+        """The answer's body (JSON), or its stream relayed through the dialect's codec."""
+        if not self.streaming:
+            return await read_capped(response, self.loop.limits.max_response_bytes)
+        self.result.status = 200
+        if not self.writer.started:
+            self.writer.start(200, _round_headers(response, self.request_id), streaming=True)
+        stream = self.dialect.codec(self.writer)
+        framer = SSEFramer(self.loop.limits.max_event_bytes)
+        async for chunk in response.stream:  # type: ignore[union-attr]
+            # What one upstream chunk relays goes out in one write: 100,000 tiny deltas
+            # cost a few hundred sends, not 100,000.
+            self.writer.hold_writes()
+            try:
+                await stream.take_all(framer.feed(chunk))
+            finally:
+                await self.writer.release_writes()
+        rest = framer.rest()
+        if rest.strip():
+            await stream.take(rest)
+        return stream
+
+    async def _json_answer(self, response: httpx.Response, raw: bytes) -> _Round | None:
+        self.result.status = 200
+        try:
+            data: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        answer = self.dialect.json_answer(data)
+        headers = _round_headers(response, self.request_id)
+        if answer is None:
+            await self.writer.respond(200, headers, raw)  # not an answer: relayed as it came
+            return None
+
+        async def finish(total: dict[str, int]) -> None:
+            await self.writer.respond(200, headers, self.dialect.final_json(data, total))
+
+        return _Round(answer, finish)
+
+    async def _streamed_answer(self, stream: StreamCodec) -> _Round | None:
+        if stream.error is not None:
+            # The upstream itself ended its stream with an error event: relayed as such.
+            self.result.error = "upstream_error"
+            await self.writer.finish()
+            return None
+        calls, items = stream.calls(), stream.items()
+
+        def whole() -> Answer:
+            return Answer(calls=calls, text=stream.text or None, usage=stream.usage, items=items)
+
+        return _Round(Received(calls, stream.usage, items, whole, stream.complete), stream.finish)
 
     async def _refused(self, response: httpx.Response) -> None:
         """A round answered with an error status: relayed if nothing was sent yet."""
@@ -156,98 +252,6 @@ class LoopDriver:
             return
         self.result.error = "upstream_error"
         await self.writer.fail(_upstream_error(response.status_code, raw))
-
-    async def _run_json(self) -> None:
-        total: dict[str, int] = {}
-        while True:
-            response = await self._open()
-            started = time.perf_counter()
-            try:
-                if response.status_code != 200:
-                    await self._refused(response)
-                    return
-                raw = await read_capped(response, self.loop.limits.max_response_bytes)
-            finally:
-                await response.aclose()
-                self.result.upstream_seconds += time.perf_counter() - started
-            self.result.status = 200
-            try:
-                data: Any = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                data = None
-            answer = self.dialect.json_answer(data)
-            if answer is None:
-                await self.writer.respond(200, _round_headers(response, self.request_id), raw)
-                return
-            self.dialect.add_usage(total, answer.usage)
-            self.result.usage_per_round.append(answer.usage or {})
-            reads = self.loop.wants_reads(answer.calls)
-            if reads:
-                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
-                continue
-            self.result.final_answer = list(answer.items)
-            await self.writer.respond(
-                200, _round_headers(response, self.request_id), self.dialect.final_json(data, total)
-            )
-            return
-
-    async def _run_stream(self) -> None:
-        total: dict[str, int] = {}
-        while True:
-            response = await self._open()
-            started = time.perf_counter()
-            try:
-                if response.status_code != 200:
-                    await self._refused(response)
-                    return
-                self.result.status = 200
-                if not self.writer.started:
-                    self.writer.start(200, _round_headers(response, self.request_id), streaming=True)
-                stream = self.dialect.codec(self.writer)
-                framer = SSEFramer(self.loop.limits.max_event_bytes)
-                async for chunk in response.stream:  # type: ignore[union-attr]
-                    # What one upstream chunk relays goes out in one write: 100,000 tiny deltas
-                    # cost a few hundred sends, not 100,000.
-                    self.writer.hold_writes()
-                    try:
-                        await stream.take_all(framer.feed(chunk))
-                    finally:
-                        await self.writer.release_writes()
-                rest = framer.rest()
-                if rest.strip():
-                    await stream.take(rest)
-            finally:
-                await response.aclose()
-                self.result.upstream_seconds += time.perf_counter() - started
-            if stream.error is not None:
-                # The upstream itself ended its stream with an error event: relayed as such.
-                self.result.error = "upstream_error"
-                await self.writer.finish()
-                return
-            self.dialect.add_usage(total, stream.usage)
-            self.result.usage_per_round.append(stream.usage or {})
-            reads = self.loop.wants_reads(stream.calls())
-            if reads:
-                answer = Answer(
-                    calls=stream.calls(), text=stream.text or None, usage=stream.usage, items=stream.items()
-                )
-                await resolve_reads(self.loop, self.store, self.tenant, reads, answer)
-                continue
-            if not stream.complete:
-                # The upstream closed its stream without finishing the answer.
-                self.result.error = "upstream_reset"
-                await self.writer.fail(
-                    ProxyError(
-                        502,
-                        "The upstream stream ended before the answer was complete.",
-                        type="upstream_error",
-                        code="upstream_reset",
-                    )
-                )
-                return
-            self.result.final_answer = stream.items()
-            await stream.finish(total)
-            return
 
 
 def _stream_failure(exc: httpx.HTTPError) -> str:

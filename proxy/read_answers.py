@@ -1,122 +1,137 @@
-"""One answer's ``read_tool_output`` calls run against the store: the room shared between
-them by need, a last-resort read from the answer's reserve when no view leaves read room,
-and each read rendered (or searched, handle ``*``) in a worker thread within a time limit.
-The loop's state and every decision about the window are ``ReadLoop``'s (sans-I/O); this is
-the part that touches the store.
+"""One answer's ``read_tool_output`` calls: what each read is given, and the reads themselves.
+
+``AnswerReads`` is pure (``ReadLoop`` drives it, after choosing the room): the reads of one
+answer share the room by need, and say which reads to run next. ``run_reads`` and
+``read_saved_output`` are the I/O, run by the loop driver: each read rendered (or searched,
+handle ``*``) against the store in a worker thread within a time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from policies.tokens import TokenCounter
-from proxy.dialects.base import Answer
-from proxy.read_loop import LAST_RESORT_TOKENS, LoopLimits, ReadLoop
 from proxy.read_search import search_saved_outputs
 from proxy.read_tool import SEARCH_ALL, BadArguments, ReadArguments, ReadResult, parse_arguments, render
 from proxy.store import Store
 
+if TYPE_CHECKING:  # the loop imports this module; these are its types
+    from proxy.read_loop import LoopLimits, ReadLoop
+
 # Below this many tokens of room, a read returns nothing but the advice to go on without it.
-_MIN_READ_TOKENS = 48
-# The room a read's "no room" answer needs; with less, the calls are dropped unanswered.
-_SHORT_RESULT_TOKENS = 32
-_NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
+MIN_READ_TOKENS = 48
+NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
 
 
-async def resolve_reads(loop: ReadLoop, store: Store, tenant: str, calls: list[Any], answer: Answer) -> None:
-    """Run one answer's reads against the store and append them (with the calls) to the loop."""
-    limits = loop.limits
-    allowed = calls[: limits.max_calls_per_answer]
-    loop.make_room(answer, calls)
-    # The reads share the room by need: "no room" only when not even one short result fits.
-    room = loop.room_total(answer, calls)
-    last_resort = False
-    if room < _MIN_READ_TOKENS:
-        # The smallest view leaves no read room (a system prompt, tools and task that fill the
-        # window): a short read may still use part of the answer's reserve, the answer keeping
-        # at least half of it, rather than be refused. The read tool goes after it.
-        room = min(LAST_RESORT_TOKENS, loop.room_total(answer, calls, hard=True))
-        last_resort = room >= _MIN_READ_TOKENS
-    if room < _MIN_READ_TOKENS:
-        # No room for content: every call still gets a short answer when that fits the window,
-        # and the next round goes without the read tool.
-        if loop.room_per_read(answer, calls, hard=True) < _SHORT_RESULT_TOKENS:
-            # Not even that: asked again without the calls (there is no room to say why).
-            loop.result.reads.extend("no_room" for _ in calls)
-            loop.skip_round()
-            return
-        loop.result.reads.extend("no_room" for _ in calls)
-        loop.exhausted = True
-        loop.add_round(answer, [(call, _NO_ROOM) for call in calls])
-        return
-    outcomes = await _read_shared(loop, store, tenant, allowed, room)
-    results: list[tuple[Any, str]] = []
-    for position, call in enumerate(calls):
-        if position >= len(allowed):
-            outcome = ReadResult(
-                f"Error: at most {limits.max_calls_per_answer} reads per answer; ask for the rest in your "
-                "next answer.",
-                "limited",
-            )
-        else:
-            outcome = outcomes[position]
-        loop.result.reads.append(outcome.outcome)
-        loop.result.bytes_read += len(outcome.text.encode("utf-8", "replace"))
-        results.append((call, outcome.text))
-    if loop.result.bytes_read >= limits.max_total_bytes or room < _MIN_READ_TOKENS or last_resort:
-        loop.exhausted = True
-    loop.add_round(answer, results)
+@dataclass(frozen=True, slots=True)
+class ReadCall:
+    """One read: the call's arguments, the tokens its result may hold, and the bytes the
+    request read before it (the byte limit per request)."""
+
+    arguments: Any
+    room: int
+    bytes_read: int
 
 
-async def _read_shared(
-    loop: ReadLoop, store: Store, tenant: str, calls: list[Any], room: int
-) -> list[ReadResult]:
-    """The reads of one answer sharing ``room`` tokens by need, not in equal parts: each is
-    first rendered with all of it (at most the per-result cap); when together they do not fit,
-    the reads smaller than an equal share keep what they need and the others share the rest
-    (a search that found two lines never starves the page read beside it)."""
-    cap = min(loop.limits.read.max_result_tokens, room)
-    outcomes: list[ReadResult] = []
-    before: list[int] = []  # bytes read by the request before each read (the byte limit holds)
-    spent = loop.result.bytes_read
-    for call in calls:
-        before.append(spent)
-        outcomes.append(await _read_one(loop, store, tenant, call, cap, spent))
-        spent += len(outcomes[-1].text.encode("utf-8", "replace"))
-    sizes = [loop.counter.count_text(o.text, loop.encoding) for o in outcomes]
-    if sum(sizes) <= room or len(calls) < 2:
-        return outcomes
-    left, large = room, list(range(len(calls)))
-    while large:
-        share = left // len(large)
-        small = [i for i in large if sizes[i] <= share]
-        if not small:
-            break
-        left -= sum(sizes[i] for i in small)
-        large = [i for i in large if i not in small]
-    for index in large:
-        outcomes[index] = await _read_one(
-            loop, store, tenant, calls[index], left // len(large), before[index]
+class AnswerReads:
+    """The reads of one answer while they run, without I/O. Each is first given all of the room
+    (at most ``cap``), one at a time: each counts the bytes read before it, so the byte limit
+    holds. When together they do not fit, the reads smaller than an equal share keep what they
+    need and the others are read again sharing the rest (a search that found two lines never
+    starves the page read beside it)."""
+
+    def __init__(
+        self,
+        arguments: list[Any],
+        *,
+        limit: int,
+        room: int,
+        cap: int,
+        spent: int,
+        count: Callable[[str], int],
+    ) -> None:
+        """``arguments``: of each read, in order (past ``limit``, they are refused); ``spent``:
+        bytes the request read before them; ``count``: tokens of a text."""
+        self.arguments = arguments[:limit]
+        self.limit = limit
+        self.refused = len(arguments) - len(self.arguments)
+        self.room = room
+        self.cap = cap
+        self.spent = spent
+        self.count = count
+        self.outcomes: list[ReadResult] = []
+        self._before: list[int] = []  # the bytes read before each read
+        self._again: list[int] | None = None  # the reads run again with a share of the room
+        self._asked = 0
+
+    @property
+    def results(self) -> list[ReadResult]:
+        """Every read's result once all are in, in order (the refused ones told why)."""
+        refused = ReadResult(
+            f"Error: at most {self.limit} reads per answer; ask for the rest in your next answer.", "limited"
         )
-    return outcomes
+        return [*self.outcomes, *([refused] * self.refused)]
+
+    def next(self) -> tuple[ReadCall, ...]:
+        """The reads to run now, which do not depend on each other (none: all are in)."""
+        reads: tuple[ReadCall, ...] = ()
+        if self._again is None and len(self.outcomes) < len(self.arguments):
+            self._before.append(self.spent)
+            reads = (ReadCall(self.arguments[len(self.outcomes)], self.cap, self.spent),)
+        elif self._again is None:
+            self._again, share = self._shares()
+            reads = tuple(ReadCall(self.arguments[i], share, self._before[i]) for i in self._again)
+        self._asked = len(reads)
+        return reads
+
+    def take(self, results: Sequence[ReadResult]) -> None:
+        """The results of the reads ``next`` gave, in order."""
+        if len(results) != self._asked:
+            raise ValueError(f"{len(results)} results for {self._asked} reads")
+        self._asked = 0
+        if self._again is not None:
+            for index, outcome in zip(self._again, results, strict=True):
+                self.outcomes[index] = outcome
+            return
+        for outcome in results:
+            self.outcomes.append(outcome)
+            self.spent += len(outcome.text.encode("utf-8", "replace"))
+
+    def _shares(self) -> tuple[list[int], int]:
+        """The reads to run again, and the room each gets (none when together they fit)."""
+        sizes = [self.count(o.text) for o in self.outcomes]
+        if sum(sizes) <= self.room or len(sizes) < 2:
+            return [], 0
+        left, large = self.room, list(range(len(sizes)))
+        while large:
+            share = left // len(large)
+            small = [i for i in large if sizes[i] <= share]
+            if not small:
+                break
+            left -= sum(sizes[i] for i in small)
+            large = [i for i in large if i not in small]
+        return large, left // len(large) if large else 0
 
 
-async def _read_one(
-    loop: ReadLoop, store: Store, tenant: str, call: Any, room: int, bytes_read: int
-) -> ReadResult:
-    return await read_saved_output(
-        store,
-        tenant,
-        loop.dialect.call_arguments(call),
-        limits=loop.limits,
-        room=room,
-        counter=loop.counter,
-        encoding=loop.encoding,
-        bytes_read=bytes_read,
-        handles=loop.handles,
-    )
+async def run_reads(reads: Sequence[ReadCall], loop: ReadLoop, store: Store, tenant: str) -> list[ReadResult]:
+    """A ``Read`` of ``loop`` against the store, in order."""
+    return [
+        await read_saved_output(
+            store,
+            tenant,
+            read.arguments,
+            limits=loop.limits,
+            room=read.room,
+            counter=loop.counter,
+            encoding=loop.encoding,
+            bytes_read=read.bytes_read,
+            handles=loop.handles,
+        )
+        for read in reads
+    ]
 
 
 async def read_saved_output(
@@ -144,8 +159,8 @@ async def read_saved_output(
             "go on with what you have.",
             "limited",
         )
-    if room < _MIN_READ_TOKENS:
-        return ReadResult(_NO_ROOM, "no_room")
+    if room < MIN_READ_TOKENS:
+        return ReadResult(NO_ROOM, "no_room")
     if args.handle == SEARCH_ALL:
         try:
             return await _search(store, tenant, args, limits, room, counter, encoding, bytes_read, handles)

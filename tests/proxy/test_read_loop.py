@@ -1,6 +1,7 @@
-"""The read loop's sans-I/O core with a real store: a read that does not fit makes room (earlier
-results withdrawn, each naming its handle), the reads of one answer share the room by need,
-handle ``*`` searches every saved output of the session, and a search that cannot show a
+"""The read loop's sans-I/O core with a real store (its ``Read`` commands run by
+``read_answers.run_reads``, as the driver runs them): a read that does not fit makes room
+(earlier results withdrawn, each naming its handle), the reads of one answer share the room by
+need, handle ``*`` searches every saved output of the session, and a search that cannot show a
 match's context shows the matching lines alone."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from policies.pipeline import Offload
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_answers import read_saved_output, resolve_reads
-from proxy.read_loop import LoopLimits, ReadLoop
+from proxy.read_answers import read_saved_output, run_reads
+from proxy.read_loop import Command, LoopLimits, Read, ReadLoop, Send
 from proxy.read_tool import ReadArguments, ReadLimits, render
 from proxy.store import SQLiteStore
 
@@ -52,7 +53,7 @@ def loop_for(window: int, filler_tokens: int) -> ReadLoop:
             {"role": "user", "content": " ".join(["word"] * filler_tokens)},
         ],
     }
-    return ReadLoop(
+    loop = ReadLoop(
         body,
         dialect=ChatDialect(),
         counter=COUNTER,
@@ -61,6 +62,16 @@ def loop_for(window: int, filler_tokens: int) -> ReadLoop:
         limits=LoopLimits(),
         handles=(LOG.handle, TEST.handle, OTHER.handle),
     )
+    assert isinstance(loop.start(), Send)
+    return loop
+
+
+async def answer(loop: ReadLoop, store: Any, calls: list[Any]) -> Command:
+    """An answer of ``calls`` fed to the loop, its reads run against ``store``: the next command."""
+    command = loop.feed(Answer(calls=calls))
+    while isinstance(command, Read):
+        command = loop.resolved(await run_reads(command.reads, loop, store, TENANT))
+    return command
 
 
 def results_of(loop: ReadLoop) -> list[str]:
@@ -70,7 +81,7 @@ def results_of(loop: ReadLoop) -> list[str]:
 async def test_a_search_of_every_saved_output_finds_the_line_and_stays_in_its_tenant(store: Any) -> None:
     loop = loop_for(8_000, 1_000)
     read = call("r1", handle="*", pattern="passed|Ran 2 tests")
-    await resolve_reads(loop, store, TENANT, [read], Answer(calls=[read]))
+    await answer(loop, store, [read])
     (text,) = results_of(loop)
     assert "12 passed in 0.42s" in text and f"handle={TEST.handle}" in text
     # Another tenant's output under a handle the session names is never read.
@@ -98,7 +109,7 @@ async def test_reads_of_one_answer_share_the_room_by_need(store: Any) -> None:
         call("r1", handle=LOG.handle, num_lines=1000),
         call("r2", handle=TEST.handle, pattern="passed"),
     )
-    await resolve_reads(loop, store, TENANT, [page, search], Answer(calls=[page, search]))
+    await answer(loop, store, [page, search])
     paged, searched = results_of(loop)
     assert "12 passed in 0.42s" in searched and "log line 0: ok" in paged
     assert COUNTER.count_text(paged) > COUNTER.count_text(searched)
@@ -107,15 +118,15 @@ async def test_reads_of_one_answer_share_the_room_by_need(store: Any) -> None:
 async def test_a_read_that_does_not_fit_withdraws_earlier_results(store: Any) -> None:
     loop = loop_for(8_000, 4_500)
     first = call("r1", handle=LOG.handle, num_lines=1000)
-    await resolve_reads(loop, store, TENANT, [first], Answer(calls=[first]))
+    await answer(loop, store, [first])
     assert "log line 0: ok" in results_of(loop)[0]
     second = call("r2", handle=TEST.handle, pattern="passed")
-    await resolve_reads(loop, store, TENANT, [second], Answer(calls=[second]))
+    sent = await answer(loop, store, [second])
     earlier, latest = results_of(loop)
     assert earlier.startswith("[This read result was withdrawn") and f"handle={LOG.handle}" in earlier
     assert "12 passed in 0.42s" in latest
     assert loop.result.withdrawn == 1 and "no_room" not in loop.result.reads
-    assert loop.dialect.count(loop.next_request(), COUNTER) <= loop.budget
+    assert isinstance(sent, Send) and loop.dialect.count(sent.body, COUNTER) <= loop.budget
 
 
 def test_a_search_whose_context_does_not_fit_shows_the_matching_lines_alone() -> None:
@@ -140,8 +151,8 @@ async def test_with_no_read_room_at_all_a_short_read_may_use_half_the_answers_re
     loop = loop_for(8_000, 6_930)
     read = call("r1", handle=TEST.handle, pattern="passed")
     assert loop.room_total(Answer(calls=[read]), [read]) < 48
-    await resolve_reads(loop, store, TENANT, [read], Answer(calls=[read]))
+    sent = await answer(loop, store, [read])
     (text,) = results_of(loop)
     assert "12 passed in 0.42s" in text
-    assert loop.exhausted and "tools" not in loop.next_request()
+    assert loop.exhausted and isinstance(sent, Send) and "tools" not in sent.body
     assert loop.dialect.count(loop.body, COUNTER) <= loop.hard_budget
