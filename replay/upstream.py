@@ -12,6 +12,7 @@ proxy relays like any other client header (also on its own read_tool_output roun
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import time
@@ -26,12 +27,11 @@ from aiohttp import web
 
 from policies.conversation import Message, parse
 from policies.tokens import REPLY_PRIMING, TokenCounter
-from proxy.dialects.anthropic import neutral_tools as anthropic_neutral_tools
-from proxy.dialects.anthropic_messages import SYSTEM, Origin, read_messages
-from proxy.dialects.responses import neutral_tools as responses_neutral_tools
+from proxy.dialects import DOORS
+from proxy.dialects.base import Parsed
 from replay.config import ModelEndpoint
 from replay.cost import SessionLog
-from replay.doors import anthropic_message, chat_request, neutral_messages, response_object, tool_names
+from replay.doors import adapter, answer, chat_request, read, tool_names
 from replay.reader import Reader
 from replay.survival import view_text
 
@@ -64,35 +64,6 @@ def request_kind(ticket: Ticket) -> str:
         return "question"
     kind = "answer" if ticket.reply is None else "step"
     return kind + "_read" if ticket.received else kind
-
-
-def _marked(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("cache_control") is not None
-
-
-def anthropic_breakpoints(body: dict[str, Any], origins: Sequence[Origin]) -> list[int]:
-    """The blocks (0: the tools, 1 + i: neutral message i) of a Messages body that carry a
-    ``cache_control`` breakpoint; a top-level one (automatic caching) marks the last block."""
-    marks: list[int] = []
-    if any(_marked(tool) for tool in body.get("tools") or []):
-        marks.append(0)
-    system = body.get("system")
-    if isinstance(system, list) and any(_marked(b) for b in system):
-        marks += [1 + i for i, o in enumerate(origins) if o.message == SYSTEM][:1]
-    wire = body.get("messages")
-    for index, message in enumerate(wire if isinstance(wire, list) else []):
-        content = message.get("content") if isinstance(message, dict) else None
-        for position, block in enumerate(content if isinstance(content, list) else []):
-            inner = block.get("content") if isinstance(block, dict) else None
-            if not (_marked(block) or (isinstance(inner, list) and any(_marked(b) for b in inner))):
-                continue
-            owners = [i for i, o in enumerate(origins) if o.message == index]
-            exact = [i for i in owners if position in origins[i].blocks]
-            if exact or owners:
-                marks.append(1 + (exact or owners)[-1])
-    if body.get("cache_control") is not None:
-        marks.append(len(origins))
-    return marks
 
 
 @dataclass(slots=True)
@@ -150,25 +121,21 @@ class RecordedUpstream:
         return log
 
     def _blocks(
-        self, dialect: str, body: dict[str, Any], digests: Sequence[bytes], tokens: Sequence[int]
+        self, parsed: Parsed, digests: Sequence[bytes], tokens: Sequence[int]
     ) -> list[tuple[bytes, int]]:
         """The tool schemas (with the model: a cache is per model) and each message, as blocks."""
+        body = parsed.body
         raw = body.get("tools")
         tools: list[Any] = raw if isinstance(raw, list) else []
-        neutral = tools
-        if dialect == "anthropic":
-            neutral = anthropic_neutral_tools(tools)
-        elif dialect == "responses":
-            neutral = responses_neutral_tools(tools)
+        neutral = parsed.neutral.get("tools") or []
         encoding = self.counter.encoding_for(body.get("model"))
         head = (message_digest([body.get("model"), tools]), self.counter.count_tools(neutral, encoding))
         return [head, *zip(digests, tokens, strict=True)]
 
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1 << 30)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/responses", self._responses)
-        app.router.add_post("/v1/messages", self._messages)
+        for door in DOORS:
+            app.router.add_post(door.path.decode(), functools.partial(self._answer, dialect=door.dialect))
         app.router.add_route("*", "/{tail:.*}", self._other)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -191,15 +158,6 @@ class RecordedUpstream:
             {"error": {"message": "not recorded", "type": "invalid_request_error"}}, status=404
         )
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, "chat")
-
-    async def _responses(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, "responses")
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, "anthropic")
-
     async def _answer(self, request: web.Request, dialect: str) -> web.StreamResponse:
         name = request.headers.get(TICKET_HEADER, "")
         ticket = self.tickets.get(name)
@@ -211,13 +169,10 @@ class RecordedUpstream:
                 status=400,
             )
         body = orjson.loads(raw)
-        breakpoints: list[int] = []
-        if dialect == "anthropic":
-            read = read_messages(body)
-            messages = read.messages
-            breakpoints = anthropic_breakpoints(body, read.origins)
-        else:
-            messages = neutral_messages(dialect, body)
+        parsed = read(dialect, body)
+        messages = parsed.neutral["messages"]
+        breakpoints = adapter(dialect).cache_marks(parsed)
+        names = tool_names(parsed)
         kind = request_kind(ticket)
         digests = tuple(message_digest(m) for m in messages)
         tokens = self.counter.count_messages(messages, self.counter.encoding_for(body.get("model")))
@@ -227,16 +182,16 @@ class RecordedUpstream:
                 message_count=len(messages),
                 digests=digests,
                 problems=parse(messages).problems,
-                tool_names=tool_names(dialect, body),
+                tool_names=names,
                 tokens=tokens,
             )
         )
         session = request.headers.get(SESSION_HEADER)
-        blocks = self._blocks(dialect, body, digests, tokens)
+        blocks = self._blocks(parsed, digests, tokens)
         if ticket.reply is None and ticket.forward is not None:
             output = ticket.completion_tokens
             if dialect != "chat":
-                response = await self._forward_converted(dialect, body, ticket, ticket.forward)
+                response = await self._forward_converted(dialect, parsed, ticket, ticket.forward)
             else:
                 response = await self._forward(body, ticket, ticket.forward)
             if session:
@@ -247,38 +202,20 @@ class RecordedUpstream:
             self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING)
         reads = None
         if ticket.reader is not None:
-            reads = ticket.reader.answer(messages, tool_names(dialect, body), view_text(messages))
+            reads = ticket.reader.answer(messages, names, view_text(messages))
         reply = dict(reads or ticket.reply or {"role": "assistant", "content": ""})
         reply["role"] = "assistant"
         reply.setdefault("content", None)
         answer_id = f"replay-{name}-{len(ticket.received)}"
-        if dialect == "responses":
-            answer = response_object(reply, body.get("model"), "resp_" + answer_id)
-            return web.Response(body=orjson.dumps(answer), content_type="application/json")
-        if dialect == "anthropic":
-            message = anthropic_message(reply, body.get("model"), "msg_" + answer_id)
-            return web.Response(body=orjson.dumps(message), content_type="application/json")
-        answer = {
-            "id": "chatcmpl-" + answer_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": reply,
-                    "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
-                }
-            ],
-        }
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        written = answer(dialect, reply, body.get("model"), answer_id)
+        return web.Response(body=orjson.dumps(written), content_type="application/json")
 
     async def _forward_converted(
-        self, dialect: str, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint
+        self, dialect: str, parsed: Parsed, ticket: Ticket, endpoint: ModelEndpoint
     ) -> web.Response:
         """A question through the Responses or Messages door, answered by a model that speaks
         chat."""
-        response = await self._forward(chat_request(dialect, body), ticket, endpoint)
+        response = await self._forward(chat_request(parsed), ticket, endpoint)
         if response.status != 200 or response.body is None:
             return response
         try:
@@ -286,11 +223,8 @@ class RecordedUpstream:
             message = data["choices"][0]["message"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
             return response
-        if dialect == "anthropic":
-            answer = anthropic_message(message, body.get("model"), "msg_forwarded", data.get("usage"))
-        else:
-            answer = response_object(message, body.get("model"), "resp_forwarded", data.get("usage"))
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        written = answer(dialect, message, parsed.model, "forwarded", data.get("usage"))
+        return web.Response(body=orjson.dumps(written), content_type="application/json")
 
     async def _forward(self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint) -> web.Response:
         assert self._http is not None

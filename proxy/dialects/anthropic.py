@@ -30,6 +30,7 @@ import orjson
 from policies.conversation import Message
 from policies.tokens import TokenCounter
 from proxy.dialects.anthropic_cache import breakpoints, place
+from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_request, breakpoint_blocks
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
 from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed
@@ -311,6 +312,18 @@ class AnthropicDialect(BaseDialect):
         except orjson.JSONDecodeError:
             return 0
         return prompt_tokens(data.get("usage") if isinstance(data, dict) else None)
+
+    def client_request(self, model: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        return anthropic_request(model, messages, tools)
+
+    def answer_from_chat(
+        self, message: Message, model: Any, answer_id: str, usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return anthropic_message(message, model, "msg_" + answer_id, usage)
+
+    def cache_marks(self, parsed: Parsed) -> list[int]:
+        read: Read = parsed.private
+        return breakpoint_blocks(parsed.body, read.origins)
 
 
 def answer_of(content: list[Any], usage: Any) -> Answer:

@@ -174,6 +174,21 @@ class Dialect(Protocol):
         """A read loop answered: ``body`` is its last round's, ``result`` its ``LoopResult``."""
         ...
 
+    def client_request(self, model: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        """The request a client of this format sends for a neutral history (the replay's)."""
+        ...
+
+    def answer_from_chat(
+        self, message: Message, model: Any, answer_id: str, usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A Chat Completions answer's message as this format's answer (the replay's upstream)."""
+        ...
+
+    def cache_marks(self, parsed: Parsed) -> list[int]:
+        """The blocks (0: the tools, 1 + i: neutral message i) that carry a prompt-cache
+        breakpoint the client placed (for the replay's cost model; none by default)."""
+        ...
+
 
 def int_field(data: Any, key: str) -> int:
     """``data[key]`` when it is a JSON integer (not a boolean), else 0."""
@@ -250,3 +265,6 @@ class BaseDialect:
 
     async def read_loop_end(self, tenant: str, mark: Any, body: dict[str, Any], result: Any) -> None:
         return None
+
+    def cache_marks(self, parsed: Parsed) -> list[int]:
+        return []

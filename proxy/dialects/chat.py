@@ -8,6 +8,7 @@ raise as ``APIError``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,3 +119,29 @@ class ChatDialect(BaseDialect):
 
     def decision(self, raw: bytes, sse: bool) -> str:
         return chat_decision(raw, sse)
+
+    def client_request(self, model: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        return body
+
+    def answer_from_chat(
+        self, message: Message, model: Any, answer_id: str, usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "id": "chatcmpl-" + answer_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
+            ],
+        }
+        if usage is not None:
+            answer["usage"] = usage
+        return answer

@@ -24,8 +24,11 @@ from proxy.dialects.responses_items import (
     changed_items,
     chat_call,
     count_items,
+    input_items,
     message_item,
     read_input,
+    response_object,
+    responses_tools,
     text_of,
 )
 from proxy.dialects.responses_stream import ResponsesStream, error_event
@@ -183,6 +186,17 @@ class ResponsesDialect(BaseDialect):
             if isinstance(item, dict) and item.get("type") in CALLS:
                 return decision_signature({"role": "assistant", "tool_calls": [chat_call(item)]})
         return FINAL_ANSWER
+
+    def client_request(self, model: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "input": input_items(messages), "store": False}
+        if tools:
+            body["tools"] = responses_tools(tools)
+        return body
+
+    def answer_from_chat(
+        self, message: Message, model: Any, answer_id: str, usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return response_object(message, model, "resp_" + answer_id, usage)
 
 
 def neutral_tools(tools: Sequence[Any]) -> list[Any]:

@@ -23,12 +23,13 @@ as items (``responses.py`` is the dialect; this module is its reading and writin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from policies.conversation import OPAQUE_ROLE, Message
+from policies.conversation import OPAQUE_ROLE, Message, message_text
 
 CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output"})
@@ -217,3 +218,73 @@ def changed_items(message: Message, originals: list[dict[str, Any]]) -> list[dic
     (item,) = originals
     kind = "input_text" if role != "assistant" else "output_text"
     return [{**item, "content": [{"type": kind, "text": text}]}]
+
+
+# --- A neutral history written as a Responses client would send it (the replay's requests) ---
+
+
+def responses_tools(tools: Sequence[Any]) -> list[Any]:
+    converted = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict):
+            converted.append({"type": "function", **function})
+        else:
+            converted.append(tool)
+    return converted
+
+
+def output_items(message: Message) -> list[dict[str, Any]]:
+    """An assistant message as Responses output items."""
+    items: list[dict[str, Any]] = []
+    text = message_text(message)
+    if text or not message.get("tool_calls"):
+        items.append(message_item("assistant", text))
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        function = (call.get("function") or {}) if isinstance(call, dict) else {}
+        arguments = function.get("arguments")
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": arguments if isinstance(arguments, str) else "{}",
+            }
+        )
+    return items
+
+
+def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = str(message.get("role"))
+        if role == "assistant":
+            items += output_items(message)
+        elif role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id"),
+                    "output": message_text(message),
+                }
+            )
+        else:
+            items.append(message_item(role, message_text(message)))
+    return items
+
+
+def response_object(
+    message: Message, model: Any, response_id: str, usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Chat Completions answer's message as a Responses response object."""
+    prompt = int((usage or {}).get("prompt_tokens") or 0)
+    completion = int((usage or {}).get("completion_tokens") or 0)
+    return {
+        "id": response_id,
+        "object": "response",
+        "status": "completed",
+        "model": model,
+        "output": output_items(message),
+        "usage": {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion},
+    }

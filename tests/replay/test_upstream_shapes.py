@@ -9,10 +9,11 @@ import httpx
 import orjson
 
 from policies.tokens import REPLY_PRIMING, TokenCounter
+from proxy.dialects.anthropic_from_chat import breakpoint_blocks as anthropic_breakpoints
 from proxy.dialects.anthropic_messages import read_messages
 from replay.cost import RequestShape
 from replay.doors import PATHS, request
-from replay.upstream import SESSION_HEADER, TICKET_HEADER, RecordedUpstream, Ticket, anthropic_breakpoints
+from replay.upstream import SESSION_HEADER, TICKET_HEADER, RecordedUpstream, Ticket
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 HISTORY: list[dict[str, Any]] = [
