@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, YamlRenderPlugin
 
+from proxy.dialects import Door
+
 if TYPE_CHECKING:
     from litestar.connection import Request
 
@@ -273,24 +275,17 @@ class PlainDocsRenderPlugin(OpenAPIRenderPlugin):
         return render_page(openapi_schema, schema_links=links, forwarded=self.forwarded).encode()
 
 
-DIALECTS = {
-    "chat": "OpenAI Chat Completions",
-    "responses": "OpenAI Responses",
-    "anthropic": "Anthropic Messages",
-}
-
-
-def data_plane(routes: Mapping[bytes, str]) -> dict[str, str]:
+def data_plane(doors: Sequence[Door]) -> dict[str, str]:
     """The forwarded paths for the page: the compacted routes, then everything else."""
     found = {
-        path.decode(): f"POST: {DIALECTS.get(dialect, dialect)}, compacted, then forwarded"
-        for path, dialect in routes.items()
+        door.path.decode(): f"{door.method.decode()}: {door.title}, compacted, then forwarded"
+        for door in doors
     }
     found["/v1/*"] = "Any other method or /v1 path (except /v1/compaction/): forwarded unchanged"
     return found
 
 
-def openapi_config(version: str, routes: Mapping[bytes, str]) -> OpenAPIConfig:
+def openapi_config(version: str, doors: Sequence[Door]) -> OpenAPIConfig:
     """The OpenAPI document at ``/schema/openapi.json`` (and ``.yaml``/``.yml``) and the plain
     page at ``/schema``. Only these: the CDN-based pages (Redoc, Swagger UI, ...) are off."""
     return OpenAPIConfig(
@@ -300,7 +295,7 @@ def openapi_config(version: str, routes: Mapping[bytes, str]) -> OpenAPIConfig:
         use_handler_docstrings=True,
         render_plugins=[
             PlainDocsRenderPlugin(
-                path="/", alternates=[("YAML", "openapi.yaml")], forwarded=data_plane(routes)
+                path="/", alternates=[("YAML", "openapi.yaml")], forwarded=data_plane(doors)
             ),
             JsonRenderPlugin(path="/openapi.json"),
             YamlRenderPlugin(path=["/openapi.yaml", "/openapi.yml"]),

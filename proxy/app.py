@@ -256,7 +256,7 @@ def create_app(
         route_handlers=control_routes(settings, store, metrics, state.ready),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
-        openapi_config=openapi_config(version, {door.path: door.dialect for door in DOORS}),
+        openapi_config=openapi_config(version, DOORS),
         exception_handlers={NotFoundException: not_found},
         logging_config=None,
         debug=False,

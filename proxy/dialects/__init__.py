@@ -21,14 +21,15 @@ class Door:
     path: bytes
     dialect: str
     provider: str
+    title: str  # the API's name, for the documentation page
 
 
 # Every other route, `/v1/responses/compact`, `GET /v1/responses/{id}` and
 # `/v1/messages/count_tokens` included, is relayed verbatim.
 DOORS: tuple[Door, ...] = (
-    Door(b"POST", b"/v1/chat/completions", "chat", "openai"),
-    Door(b"POST", b"/v1/responses", "responses", "openai"),
-    Door(b"POST", b"/v1/messages", "anthropic", "anthropic"),
+    Door(b"POST", b"/v1/chat/completions", "chat", "openai", "OpenAI Chat Completions"),
+    Door(b"POST", b"/v1/responses", "responses", "openai", "OpenAI Responses"),
+    Door(b"POST", b"/v1/messages", "anthropic", "anthropic", "Anthropic Messages"),
 )
 
 
