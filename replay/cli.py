@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.dialects import DOORS
 from replay.cli_tools import add_tool_commands, inject_command, tune_command
 from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
 from replay.download import add_download_arguments, run_download_command
@@ -103,7 +104,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
     parser.add_argument(
         "--dialect",
-        choices=["chat", "responses", "anthropic"],
+        choices=[door.dialect for door in DOORS],
         help="the door the steps go through (default chat)",
     )
     parser.add_argument("--concurrency", type=int, help="cases replayed at once (per worker with --jobs)")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from proxy.dialects import DOORS
 from replay.questions.question import ALL_KINDS
 
 DEFAULT_ARMS = (
@@ -147,7 +148,7 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     mode: Literal["enforce", "shadow"] = "enforce"
     # The door the steps go through: chat (POST /v1/chat/completions), responses (POST
     # /v1/responses) or anthropic (POST /v1/messages); each case is written in that wire format.
-    dialect: Literal["chat", "responses", "anthropic"] = "chat"
+    dialect: str = "chat"
     # Force a context window (tokens) on every request (section 4.9); null: the proxy's
     # configured window for `model`.
     context_window: int | None = None
@@ -183,6 +184,14 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         unknown = set(self.kinds) - set(ALL_KINDS)
         if unknown:
             raise ReplayConfigError(f"kinds: unknown question kinds {sorted(unknown)}")
+        doors = [door.dialect for door in DOORS]
+        if self.dialect not in doors:
+            raise ReplayConfigError(f"dialect: {self.dialect!r} is not a door; doors: {', '.join(doors)}")
+
+    @property
+    def provider(self) -> str:
+        """The provider the door's requests go to (its prompt cache rule, its prices)."""
+        return next(door.provider for door in DOORS if door.dialect == self.dialect)
 
 
 class ReplayConfigError(ValueError):

@@ -40,9 +40,8 @@ class CostModel:
 
 
 def cost_model(config: ReplayConfig) -> CostModel:
-    rule = config.cache.rule
-    if rule == "auto":
-        rule = "anthropic" if config.dialect == "anthropic" else "openai"
+    # "auto": the cache rule of the provider the door's requests go to.
+    rule: str = config.provider if config.cache.rule == "auto" else config.cache.rule
     provider = "anthropic" if rule == "anthropic" else "openai"
     source, prices = next(
         (
