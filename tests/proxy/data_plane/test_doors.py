@@ -257,3 +257,32 @@ async def test_an_anthropic_streamed_read_round_then_the_answer(crlf: bool) -> N
     assert delta["delta"]["stop_reason"] == "end_turn" and delta["usage"] == CLAUDE_SUMMED
     assert b"read_tool_output" not in client.body and b"I'll read the saved log" not in client.body
     check_result(run, read, [ANSWER])
+
+
+async def test_an_anthropic_stream_whose_last_event_has_no_blank_line_still_ends_well() -> None:
+    first, final = anthropic_rounds(True)
+    raw = b"".join(final.chunks or [])
+    assert raw.endswith(b"\n\n")
+    run = await drive(
+        ANTHROPIC,
+        anthropic_body(True),
+        [first, sse_reply([raw[:-2]])],  # the stream closes right after message_stop's data line
+        error_body=anthropic_error_body,
+    )
+    assert run.client.complete and run.client.events()[-1] == {"type": "message_stop"}
+    assert run.result.error is None and run.result.final_answer == [ANSWER]
+
+
+async def test_an_anthropic_error_event_mid_stream_is_relayed_and_ends_the_stream() -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    first = anthropic_rounds(True)[0]
+    events = anthropic_wire.events("msg_02", CLAUDE, [ANSWER], anthropic_wire.usage(400, 0, 0, 9))
+    broken = [*events[:5], anthropic_wire.error_event({"error": overloaded["error"]})]
+    run = await drive(
+        ANTHROPIC, anthropic_body(True), [first, sse_reply(broken)], error_body=anthropic_error_body
+    )
+    client = run.client
+    assert client.status == 200 and client.complete
+    assert client.events()[-1] == overloaded
+    assert b"message_stop" not in client.body
+    assert run.result.error == "upstream_error"

@@ -270,3 +270,20 @@ async def test_an_answer_that_is_not_one_is_relayed_as_it_came() -> None:
     run = await drive(CHAT, chat.body(), [odd])
     assert run.client.status == 200 and run.client.body == odd.body
     assert run.result.usage_per_round == [] and run.result.final_answer is None
+
+
+async def test_an_error_event_of_the_upstreams_own_is_relayed_and_ends_the_stream() -> None:
+    error = {"error": {"message": "The server had an error.", "type": "server_error", "code": None}}
+    text = chat.answer_events(Answer("The build"), chat.usage(400, 9))[:2]
+    run = await drive(
+        CHAT,
+        chat.body(stream=True),
+        [
+            chat.answer_sse(Answer("Reading.", [chat.read()]), chat.usage(120, 15)),
+            sse_reply([*text, b"data: " + orjson.dumps(error) + b"\n\n"]),
+        ],
+    )
+    client = run.client
+    assert client.status == 200 and client.complete
+    assert client.events()[-1] == error and b"[DONE]" not in client.body
+    assert (run.result.error, run.result.rounds) == ("upstream_error", 1)
