@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy import app as app_module
+from proxy import lifecycle
 from proxy.app import create_app
 from proxy.memory import malloc_trim
 from proxy.settings import load_settings
@@ -133,7 +133,7 @@ async def test_each_worker_trims_its_heap_on_the_configured_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: float
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(app_module, "malloc_trim", lambda: lambda: calls.append(1))
+    monkeypatch.setattr(lifecycle, "malloc_trim", lambda: lambda: calls.append(1))
     settings = load_settings(
         env={}, overrides={"state_dir": str(tmp_path), "server.malloc_trim_seconds": every}
     )
