@@ -23,7 +23,7 @@ from proxy.dialects.base import Answer, StreamCodec
 from proxy.errors import ProxyError
 from proxy.forwarding import client_response_headers
 from proxy.read_answers import run_reads
-from proxy.read_loop import Done, Fail, LoopResult, Read, ReadLoop, Received, Send
+from proxy.read_loop import Command, Done, Fail, LoopResult, Read, ReadLoop, Received, Send
 from proxy.response_writer import ResponseWriter
 from proxy.sse_framer import EventTooLarge, SSEFramer
 from proxy.store import Store
@@ -150,7 +150,7 @@ class LoopDriver:
 
     async def _drive(self) -> None:
         """The loop's commands, until the response is written."""
-        command = self.loop.start()
+        command: Command = self.loop.start()
         last: _Round | None = None
         while True:
             match command:

@@ -213,7 +213,7 @@ class ReadLoop:
 
     # --- the commands ---------------------------------------------------------------------
 
-    def start(self) -> Command:
+    def start(self) -> Send:
         """The first round."""
         self._expect("new")
         return self._send()
