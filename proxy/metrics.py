@@ -50,8 +50,42 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
+    """The app's metrics, registered on its own registry, one helper per concern.
+
+    The attribute names, metric names, labels and help texts are read by tests/ and
+    deploy's Grafana dashboard: they must not change.
+    """
+
+    requests: Counter
+    errors: Counter
+    upstream_seconds: Histogram
+    overhead_seconds: Histogram
+    ttfb_seconds: Histogram
+    tokens_before: Histogram
+    tokens_after: Histogram
+    tokens_saved: Counter
+    reads: Counter
+    read_rounds: Histogram
+    compactions: Counter
+    offloaded: Counter
+    offloaded_bytes: Counter
+    no_read_room: Counter
+    summaries: Counter
+    summary_seconds: Histogram
+    shadow_compares: Counter
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        # Registration order is exposition order: keep it.
+        self._register_requests()
+        self._register_context_tokens()
+        self._register_reads()
+        self._register_compaction()
+        self._register_summarizer()
+        self._register_shadow()
+
+    def _register_requests(self) -> None:
+        """Requests answered, errors and where the time went."""
         r = self.registry
         self.requests = Counter(
             "compaction_proxy_requests",
@@ -86,6 +120,10 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+
+    def _register_context_tokens(self) -> None:
+        """Prompt tokens before and after compaction, and the difference."""
+        r = self.registry
         self.tokens_before = Histogram(
             "compaction_proxy_context_tokens_before",
             "Prompt tokens of chat requests as the client sent them.",
@@ -107,6 +145,9 @@ class Metrics:
             registry=r,
         )
 
+    def _register_reads(self) -> None:
+        """read_tool_output calls answered inside the proxy."""
+        r = self.registry
         self.reads = Counter(
             "compaction_proxy_read_tool_output_calls",
             "read_tool_output calls answered inside the proxy, by result "
@@ -121,6 +162,9 @@ class Metrics:
             registry=r,
         )
 
+    def _register_compaction(self) -> None:
+        """Compaction points, tool outputs offloaded to the store, sessions without read room."""
+        r = self.registry
         self.compactions = Counter(
             "compaction_proxy_compactions",
             "Compaction points by policy, mechanism applied and trigger "
@@ -147,6 +191,10 @@ class Metrics:
             ("policy",),
             registry=r,
         )
+
+    def _register_summarizer(self) -> None:
+        """Summaries made and the time they took."""
+        r = self.registry
         self.summaries = Counter(
             "compaction_proxy_summarizer_calls",
             "Summaries made, by outcome: ok (model), ledger (model-free), fallback (model failed).",
@@ -160,11 +208,13 @@ class Metrics:
             registry=r,
         )
 
+    def _register_shadow(self) -> None:
+        """Shadow mode's comparison of the next decision."""
         self.shadow_compares = Counter(
             "compaction_proxy_shadow_compares",
             "Shadow comparisons of the next decision, real answer vs compacted view: same, diverged, error.",
             ("policy", "result"),
-            registry=r,
+            registry=self.registry,
         )
 
     def render(self) -> bytes:
