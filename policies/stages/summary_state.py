@@ -12,7 +12,7 @@ checkpoint records the covered range of the client's messages and its digest, wh
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from policies.conversation import Message, message_text
 from policies.facts import SummaryFact
@@ -111,6 +111,121 @@ async def _summarize(ctx: Context, request: SummaryRequest) -> SummaryResult:
         )
 
 
+@dataclass(frozen=True)
+class _Span:
+    """Where a new summary goes and what it covers.
+
+    The summary message takes view index ``at``; the view's messages from ``new_from`` up to the
+    cut are the ones it newly replaces. In the client's messages it covers ``start`` to ``end``,
+    the previous summary having covered ``start`` to ``old_end`` (``old_end == start`` when
+    there is none)."""
+
+    at: int
+    new_from: int
+    start: int
+    old_end: int
+    end: int
+
+
+def _span(view: View, anchor: int, cut: int) -> _Span:
+    """A new summary takes the current summary's place and extends its coverage; without one it
+    starts at client message ``anchor``. It covers up to view index ``cut``."""
+    previous = view.checkpoint
+    end = view.origin[cut] if cut < len(view.messages) else len(view.original)
+    current = summary_index(view)
+    if current is not None:
+        old_end = previous.summary_at + previous.covered
+        return _Span(at=current, new_from=current + 1, start=previous.summary_at, old_end=old_end, end=end)
+    at = view_index_of(view, anchor)
+    return _Span(at=at, new_from=at, start=anchor, old_end=anchor, end=end)
+
+
+def _covered_ledger(
+    view: View, ctx: Context, span: _Span, keep: list[int], *, goal: str | None, task_kept: bool
+) -> Ledger:
+    """The state ledger of everything the new summary covers: the previous ledger merged with
+    the newly covered messages' one, the kept steps' user words marked kept. What it names by
+    handle (user messages; each covered edit's content when edits are artifacts) is offloaded."""
+    previous = view.checkpoint
+    artifacts: dict[str, tuple[str, str]] | None = {} if ctx.edit_artifacts else None
+    ledger = build_ledger(
+        view.original,
+        span.old_end,
+        span.end,
+        goal=goal,
+        task_kept=task_kept,
+        kept=keep,
+        artifacts=artifacts,
+    )
+    if previous.ledger is not None:
+        ledger = previous.ledger.merge(ledger)
+    ledger = ledger.with_kept({message_text(view.original[i]) for i in keep})
+    saved = {**(artifacts or {}), **{h: (t, "user message") for h, t in ledger.saved_texts().items()}}
+    _add_offloads(view, previous, saved)
+    return ledger
+
+
+def _replaced(view: View, span: _Span, cut: int, keep: list[int]) -> list[tuple[Message, int]]:
+    """The view's messages (with their client index) the new summary replaces: the newly
+    covered ones except the kept steps."""
+    return [
+        (m, o)
+        for m, o in zip(view.messages[span.new_from : cut], view.origin[span.new_from : cut], strict=True)
+        if o not in keep
+    ]
+
+
+async def _write_summary(
+    ctx: Context, previous_text: str | None, replaced: list[tuple[Message, int]], ledger: Ledger, family: str
+) -> SummaryResult:
+    """The summary of the previous one plus the replaced messages. A ledger-only summary (the
+    safeguard's fold, a failed model call) keeps the narrative an earlier model summary wrote:
+    the ledger is rebuilt, the story is not lost."""
+    request = SummaryRequest(
+        previous_summary=previous_text,
+        messages=[m for m, _ in replaced],
+        ledger=ledger,
+        prompt_family=family,
+    )
+    result = await _summarize(ctx, request)
+    if not result.text.strip() and previous_text is not None:
+        result = replace(result, text=_narrative(previous_text))
+    return result
+
+
+def _checkpoint_after(
+    view: View,
+    ctx: Context,
+    span: _Span,
+    keep: list[int],
+    summary: Message,
+    ledger: Ledger,
+    handles: list[str],
+) -> Checkpoint:
+    """The checkpoint recording the new summary: the client's range it covers and that range's
+    digest, the kept steps, the merged ledger and every handle named so far. Placeholders and
+    drops of messages the summary now covers are forgotten."""
+    previous = view.checkpoint
+    covered = view.original[span.start : span.end]
+    gone = (
+        {ctx.digests.at(span.start + i, m) for i, m in enumerate(covered)}
+        if (previous.placeholders or previous.dropped)
+        else set()
+    )
+    return replace(
+        previous,
+        summary=summary,
+        summary_at=span.start,
+        covered=span.end - span.start,
+        pinned=tuple(keep),
+        covered_digest=ctx.digests.range(covered),
+        placeholders={d: m for d, m in previous.placeholders.items() if d not in gone},
+        dropped=frozenset(d for d in previous.dropped if d not in gone),
+        ledger=ledger,
+        handles=tuple(dict.fromkeys(handles)),
+    )
+
+
 async def compact_range(
     view: View,
     ctx: Context,
@@ -129,86 +244,33 @@ async def compact_range(
     ``pinned`` are client message indices (whole steps) that stay verbatim right after the
     summary even though they fall in the covered range."""
     previous = view.checkpoint
-    current = summary_index(view)
-    if current is not None:
-        at, new_from = current, current + 1
-        start_orig = previous.summary_at
-        old_end_orig = previous.summary_at + previous.covered
-    else:
-        at = new_from = view_index_of(view, anchor)
-        start_orig = old_end_orig = anchor
-    end_orig = view.origin[cut] if cut < len(view.messages) else len(view.original)
+    span = _span(view, anchor, cut)
     # Kept verbatim after the summary: the current last user message and pinned steps only. An
     # earlier last user message kept by a previous summary goes into this one's ledger (the
     # user's words, verbatim, in order): left after the summary, it would read as newer than a
     # correction the summary holds.
-    keep = sorted(set(pinned or ()) & set(range(start_orig, end_orig)))
-    # Edits are artifacts: each covered edit's content is saved, and the ledger names it.
-    artifacts: dict[str, tuple[str, str]] | None = {} if ctx.edit_artifacts else None
-    ledger = build_ledger(
-        view.original,
-        old_end_orig,
-        end_orig,
-        goal=goal,
-        task_kept=task_kept,
-        kept=keep,
-        artifacts=artifacts,
-    )
-    if previous.ledger is not None:
-        ledger = previous.ledger.merge(ledger)
-    ledger = ledger.with_kept({message_text(view.original[i]) for i in keep})
-    saved = {**(artifacts or {}), **{h: (t, "user message") for h, t in ledger.saved_texts().items()}}
-    _add_offloads(view, previous, saved)
-    replaced = [
-        (m, o)
-        for m, o in zip(view.messages[new_from:cut], view.origin[new_from:cut], strict=True)
-        if o not in keep
-    ]
+    keep = sorted(set(pinned or ()) & set(range(span.start, span.end)))
+    ledger = _covered_ledger(view, ctx, span, keep, goal=goal, task_kept=task_kept)
+    replaced = _replaced(view, span, cut, keep)
     if ctx.transcripts:
         ledger = _save_transcript(view, ledger, replaced)
     handles = [*previous.handles, *view.offloads]
     ledger = ledger.with_handles(handles)
     previous_text = previous.summary.get("content") if previous.summary else None
-    request = SummaryRequest(
-        previous_summary=previous_text if isinstance(previous_text, str) else None,
-        messages=[m for m, _ in replaced],
-        ledger=ledger,
-        prompt_family=family,
-    )
-    result = await _summarize(ctx, request)
-    if not result.text.strip() and previous_text is not None:
-        # A ledger-only summary (the safeguard's fold, a failed model call) keeps the narrative
-        # an earlier model summary wrote: the ledger is rebuilt, the story is not lost.
-        result = replace(result, text=_narrative(previous_text))
+    previous_text = previous_text if isinstance(previous_text, str) else None
+    result = await _write_summary(ctx, previous_text, replaced, ledger, family)
     ledger_text, ledger_saved = render_ledger(ledger, ctx)
     _add_offloads(view, previous, ledger_saved)
     handles = [*handles, *ledger_saved]
     message: Message = {"role": "user", "content": summary_content(result.text, ledger_text)}
     view.replace_messages(
-        [*view.messages[:at], message, *(view.original[i] for i in keep), *view.messages[cut:]],
+        [*view.messages[: span.at], message, *(view.original[i] for i in keep), *view.messages[cut:]],
         mechanism,
-        origin=[*view.origin[:at], -1, *keep, *view.origin[cut:]],
+        origin=[*view.origin[: span.at], -1, *keep, *view.origin[cut:]],
     )
-    covered = view.original[start_orig:end_orig]
-    gone = (
-        {ctx.digests.at(start_orig + i, m) for i, m in enumerate(covered)}
-        if (previous.placeholders or previous.dropped)
-        else set()
-    )
-    view.checkpoint = replace(
-        previous,
-        summary=message,
-        summary_at=start_orig,
-        covered=end_orig - start_orig,
-        pinned=tuple(keep),
-        covered_digest=ctx.digests.range(covered),
-        placeholders={d: m for d, m in previous.placeholders.items() if d not in gone},
-        dropped=frozenset(d for d in previous.dropped if d not in gone),
-        ledger=ledger,
-        handles=tuple(dict.fromkeys(handles)),
-    )
+    view.checkpoint = _checkpoint_after(view, ctx, span, keep, message, ledger, handles)
     view.decided = True
-    view.facts.summary = _summary_fact(result, (start_orig, end_orig), view.checkpoint.covered_digest)
+    view.facts.summary = _summary_fact(result, (span.start, span.end), view.checkpoint.covered_digest)
 
 
 def _summary_fact(result: SummaryResult, covered: tuple[int, int], digest: str) -> SummaryFact:
