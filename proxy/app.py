@@ -26,7 +26,14 @@ from proxy.large_requests import LargeRequests
 from proxy.lifecycle import Lifecycle, package_version
 from proxy.loop_runner import LoopRunner
 from proxy.metrics import Metrics
-from proxy.observers import AccessLog, CompactionRecord, Observer, RequestMetrics, TokenCalibration
+from proxy.observers import (
+    AccessLog,
+    CompactionRecord,
+    Finisher,
+    Observer,
+    RequestMetrics,
+    TokenCalibration,
+)
 from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
@@ -114,6 +121,7 @@ class AppParts:
     shadow: ShadowComparer
     events: EventSink
     route: CompactingRoute
+    finishers: list[Finisher]
     observers: list[Observer]
 
     @classmethod
@@ -175,7 +183,7 @@ class AppParts:
         events = EventSink(
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
-        observers = make_observers(settings, log, metrics, events, shadow, loops, factors, dialects)
+        observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         return cls(
             counter=counter,
             policies=policies,
@@ -190,6 +198,7 @@ class AppParts:
             shadow=shadow,
             events=events,
             route=route,
+            finishers=[TokenCalibration(factors, dialects)],
             observers=observers,
         )
 
@@ -200,6 +209,7 @@ class AppParts:
             upstream=self.upstream,
             providers=make_providers(settings),
             metrics=self.metrics,
+            finishers=self.finishers,
             observers=self.observers,
             max_body_bytes=settings.server.max_body_bytes,
             logger=log,
@@ -237,13 +247,11 @@ def make_observers(
     events: EventSink,
     shadow: ShadowComparer,
     loops: LoopRunner,
-    factors: TokenFactors,
     dialects: Mapping[str, Dialect],
 ) -> list[Observer]:
-    """What runs once a response is out, in this order (each reads the request's facts)."""
+    """What reads a request's sealed record once its response is out."""
     version = package_version()
     return [
-        TokenCalibration(factors, dialects),
         CompactionRecord(
             metrics=metrics,
             events=events,

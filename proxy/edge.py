@@ -23,7 +23,7 @@ from proxy.errors import ProxyError
 from proxy.exchange import ClientDisconnected, Exchange, new_request_id
 from proxy.forwarding import UnsafePath, header_value
 from proxy.metrics import Metrics
-from proxy.observers import Observer
+from proxy.observers import Finisher, Observer
 from proxy.providers import Providers
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
@@ -45,6 +45,7 @@ class Edge:
         upstream: Upstream,
         providers: Providers,
         metrics: Metrics,
+        finishers: Sequence[Finisher],
         observers: Sequence[Observer],
         max_body_bytes: int,
         logger: Any = None,
@@ -55,6 +56,7 @@ class Edge:
         self.upstream = upstream
         self.providers = providers
         self.metrics = metrics
+        self.finishers = finishers
         self.observers = observers
         self.max_body = max_body_bytes
         # Bound once: a lazy proxy logger would resolve its configuration on every call.
@@ -146,14 +148,19 @@ class Edge:
             self._observe(exchange)
 
     def _observe(self, exchange: Exchange) -> None:
+        steps = [(f, f.finish) for f in self.finishers]
+        for step, call in steps:
+            self._safely(step, call, exchange)
+        exchange.seal()
         for observer in self.observers:
-            try:
-                observer.observe(exchange)
-            except Exception as exc:  # recording must never fail a request that was answered
-                self.metrics.errors.labels("event").inc()
-                self.log.warning(
-                    "observer_failed", observer=type(observer).__name__, error=type(exc).__name__
-                )
+            self._safely(observer, observer.observe, exchange)
+
+    def _safely(self, step: object, call: Callable[[Exchange], None], exchange: Exchange) -> None:
+        try:
+            call(exchange)
+        except Exception as exc:  # recording must never fail a request that was answered
+            self.metrics.errors.labels("event").inc()
+            self.log.warning("observer_failed", observer=type(step).__name__, error=type(exc).__name__)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         declared = header_value(scope["headers"], b"content-length")

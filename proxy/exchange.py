@@ -1,8 +1,10 @@
 """One proxied request: the facts gathered while it is served, for the observers.
 
-The edge creates an ``Exchange`` per request; the dialect route, the compaction service and the
-read loop fill it in; once the response is out, every observer (metrics, the compaction event,
-the shadow comparison, the access log) reads it, in the order the app factory lists them.
+The edge creates an ``Exchange`` per request; the route's steps, the relay and the read loop
+fill it in; once the response is out, the finishing steps complete it (the token count a
+model's answer reported), the edge seals it, and every observer (metrics, the compaction
+event, the shadow comparison, the access log) reads the sealed record: none can change what
+another reads, so their order does not matter.
 """
 
 from __future__ import annotations
@@ -85,6 +87,20 @@ class Exchange:
 
     def mark_responded(self) -> None:
         self.responded = True
+
+    def seal(self) -> None:
+        """From now on a read-only record (``SealedExchange``): a write raises."""
+        self.__class__ = SealedExchange
+
+
+class SealedExchange(Exchange):
+    """An ``Exchange`` once the response is out and its facts are complete: what observers get.
+    (A class swap rather than a flag: the hot path's writes cost nothing extra.)"""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the request's record is sealed: {name} cannot change")
 
 
 def new_request_id() -> str:

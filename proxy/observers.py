@@ -1,8 +1,11 @@
-"""What happens once a response is out: each observer reads the request's ``Exchange``.
+"""What happens once a response is out.
 
-The app factory builds them in one explicit, ordered list (the compaction record first, since
-it may start a shadow comparison; then the request metrics; then the access log line). An
-observer that fails costs a metric and a log line, never the request (it was answered).
+First the finishing steps complete the request's ``Exchange`` (``TokenCalibration``: the prompt
+tokens the answer reported, for a model counted with a factor); then the edge seals it, and each
+observer reads the sealed record (``CompactionRecord``: metrics, the versioned event, a shadow
+comparison; ``RequestMetrics``; ``AccessLog``). Observers only read, so none depends on
+another's order. One that fails costs a metric and a log line, never the request (it was
+answered).
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ AskUpstream = Callable[
 
 
 class Observer(Protocol):
-    def observe(self, exchange: Exchange) -> None: ...
+    def observe(self, exchange: Exchange) -> None:
+        """Read the sealed record of an answered request (a write raises)."""
+        ...
+
+
+class Finisher(Protocol):
+    def finish(self, exchange: Exchange) -> None:
+        """Complete the record of an answered request, before it is sealed."""
+        ...
 
 
 class CompactionRecord:
@@ -146,7 +157,7 @@ class TokenCalibration:
         self.factors = factors
         self.dialects = dialects
 
-    def observe(self, exchange: Exchange) -> None:
+    def finish(self, exchange: Exchange) -> None:
         outcome, factor = exchange.outcome, exchange.token_factor
         dialect = self.dialects.get(exchange.route)
         if outcome is None or factor is None or dialect is None:

@@ -88,7 +88,7 @@ def test_the_observer_learns_from_answers_but_not_from_estimated_media() -> None
         exchange.answer_head = bytearray(
             orjson.dumps({"type": "message", "usage": {"input_tokens": reported}})
         )
-        observer.observe(exchange)
+        observer.finish(exchange)
         return exchange
 
     assert answered(30_346, media=4).token_count["ratio"] is None  # type: ignore[index]
