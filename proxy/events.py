@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 import structlog
 
+from policies.facts import SummaryFact, TriggerFact
 from policies.pipeline import PolicyOutcome
 from proxy.read_loop import LoopResult
 from proxy.store import Store, encode_checkpoint
@@ -60,13 +61,11 @@ def build_event(
     session_fork: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``messages_after`` and ``offloaded_bytes`` default to what ``outcome`` holds; the proxy
-    passes them because it drops the view and the offloaded texts before the upstream wait."""
+    passes them because it drops the view and the offloaded texts before the upstream wait.
+
+    The keys and their order are the event's schema (version ``SCHEMA_VERSION``)."""
     facts = outcome.facts
-    trigger = facts.trigger
-    summary = facts.summary
-    summary_message = outcome.checkpoint.summary if summary else None
-    summary_text = summary_message.get("content") if summary_message else None
-    event: dict[str, Any] = {
+    return {
         "schema_version": SCHEMA_VERSION,
         "event_id": "ev_" + os.urandom(10).hex(),
         "time": time.time(),
@@ -80,65 +79,100 @@ def build_event(
         "policy_config_hash": policy_hash,
         "mechanisms": list(outcome.mechanisms),
         "trigger": outcome.trigger,
-        "threshold": trigger.threshold if trigger else None,
-        "window": trigger.window if trigger else None,
-        "limited": trigger.limited if trigger else None,
+        **_trigger_fields(facts.trigger),
         "tokens_before": outcome.tokens_before,
-        "tokens_after": outcome.tokens_after,
+        "tokens_after": _tokens_after(outcome, reads),
         "messages_before": messages_before,
         "messages_after": (
-            messages_after
-            if messages_after is not None
-            else (len(outcome.messages) if outcome.messages is not None else messages_before)
+            messages_after if messages_after is not None else _messages_after(outcome, messages_before)
         ),
         "handles_offloaded": sorted(outcome.offloads),
-        "offloaded_bytes": (
-            offloaded_bytes
-            if offloaded_bytes is not None
-            else sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
-        ),
+        "offloaded_bytes": offloaded_bytes if offloaded_bytes is not None else _offloaded_bytes(outcome),
         "checkpoint_dropped": facts.checkpoint_dropped,
         # A session forked from another (a parallel run of the task, an edited history).
         "session_fork": session_fork,
-        "parent_range": None,
-        "summary": None,
-        "read_tool_output": None,
+        "parent_range": _parent_range(facts.summary),
+        "summary": _summary_record(facts.summary, outcome),
+        "read_tool_output": _reads_record(reads),
         "details": {k: v for k, v in facts.to_event().items() if k not in ("summary", "trigger")},
         "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
-        # At a compaction point the view itself (zlib, base64): the event alone then holds
-        # exactly what was sent; between points, checkpoint + the client's history rebuild it.
-        "view": (
-            base64.b64encode(zlib.compress(orjson.dumps(outcome.messages), 6)).decode()
-            if outcome.trigger and outcome.messages is not None
-            else None
-        ),
+        "view": _compressed_view(outcome),
     }
-    if summary is not None:
-        event["parent_range"] = {"messages": list(summary.covered), "digest": summary.covered_digest}
-        event["summary"] = {
-            "hash": hashlib.blake2b(str(summary_text).encode(), digest_size=16).hexdigest()
-            if summary_text
-            else None,
-            "model": summary.model,
-            "prompt_family": summary.prompt_family,
-            "prompt_version": summary.prompt_version,
-            "input_tokens": summary.input_tokens,
-            "output_tokens": summary.output_tokens,
-            "seconds": summary.seconds,
-            "fallback_reason": summary.fallback_reason,
-        }
-    if reads is not None:
-        event["read_tool_output"] = {
-            "rounds": reads.rounds,
-            "reads": list(reads.reads),
-            "usage_per_round": list(reads.usage_per_round),
-            # Prompt tokens of every request sent upstream for this client request (proxy count).
-            "tokens_per_round": list(reads.round_tokens),
-            "bytes_read": reads.bytes_read,
-        }
-        # What the upstream really received at most: a read round can be larger than the view.
-        event["tokens_after"] = max(outcome.tokens_after, reads.largest_request)
-    return event
+
+
+def _trigger_fields(trigger: TriggerFact | None) -> dict[str, Any]:
+    """The trigger's threshold, window and thrashing limit; all ``None`` when none was measured."""
+    return {
+        "threshold": trigger.threshold if trigger else None,
+        "window": trigger.window if trigger else None,
+        "limited": trigger.limited if trigger else None,
+    }
+
+
+def _tokens_after(outcome: PolicyOutcome, reads: LoopResult | None) -> int:
+    """What the upstream really received at most: a read round can be larger than the view."""
+    if reads is None:
+        return outcome.tokens_after
+    return max(outcome.tokens_after, reads.largest_request)
+
+
+def _messages_after(outcome: PolicyOutcome, messages_before: int) -> int:
+    """The view's length; the client's when the request went upstream unchanged."""
+    return len(outcome.messages) if outcome.messages is not None else messages_before
+
+
+def _offloaded_bytes(outcome: PolicyOutcome) -> int:
+    return sum(len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values())
+
+
+def _parent_range(summary: SummaryFact | None) -> dict[str, Any] | None:
+    """The client's messages a summary made at this request covers, and their digest."""
+    if summary is None:
+        return None
+    return {"messages": list(summary.covered), "digest": summary.covered_digest}
+
+
+def _summary_record(summary: SummaryFact | None, outcome: PolicyOutcome) -> dict[str, Any] | None:
+    """The summary made at this request: a hash of its text (never the text), who wrote it and
+    at what cost."""
+    if summary is None:
+        return None
+    summary_message = outcome.checkpoint.summary
+    summary_text = summary_message.get("content") if summary_message else None
+    return {
+        "hash": hashlib.blake2b(str(summary_text).encode(), digest_size=16).hexdigest()
+        if summary_text
+        else None,
+        "model": summary.model,
+        "prompt_family": summary.prompt_family,
+        "prompt_version": summary.prompt_version,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "seconds": summary.seconds,
+        "fallback_reason": summary.fallback_reason,
+    }
+
+
+def _reads_record(reads: LoopResult | None) -> dict[str, Any] | None:
+    """The read_tool_output rounds answered inside the proxy for this request."""
+    if reads is None:
+        return None
+    return {
+        "rounds": reads.rounds,
+        "reads": list(reads.reads),
+        "usage_per_round": list(reads.usage_per_round),
+        # Prompt tokens of every request sent upstream for this client request (proxy count).
+        "tokens_per_round": list(reads.round_tokens),
+        "bytes_read": reads.bytes_read,
+    }
+
+
+def _compressed_view(outcome: PolicyOutcome) -> str | None:
+    """At a compaction point the view itself (zlib, base64): the event alone then holds exactly
+    what was sent; between points, checkpoint + the client's history rebuild it."""
+    if outcome.trigger and outcome.messages is not None:
+        return base64.b64encode(zlib.compress(orjson.dumps(outcome.messages), 6)).decode()
+    return None
 
 
 class EventSink:
