@@ -14,21 +14,17 @@ next request of a session pays only for its new messages.
 
 from __future__ import annotations
 
-import base64
 import copy
 import fnmatch
 import json
-import threading
-import unittest.mock
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import tiktoken
-import tiktoken_ext.openai_public as openai_public
 
-from policies.encodings import EXPECTED_SHA256, EncodingDataError, read_rank_file
+from policies.encodings import SUPPORTED_ENCODINGS, load_encoding
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -38,8 +34,6 @@ TOKENS_PER_TOOL_SCHEMA = 8
 # An image part is billed by its size, which the proxy cannot see without decoding it; this
 # is the documented cost of a low-detail image, used as a floor rather than a guess at size.
 TOKENS_PER_IMAGE_PART = 85
-
-SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(EXPECTED_SHA256)
 
 DEFAULT_MODEL_ENCODINGS: dict[str, str] = {
     "gpt-4o*": "o200k_base",
@@ -55,56 +49,6 @@ DEFAULT_MODEL_ENCODINGS: dict[str, str] = {
     "text-embedding-3*": "cl100k_base",
     "text-embedding-ada-002": "cl100k_base",
 }
-
-_load_lock = threading.Lock()
-_loaded: dict[str, tiktoken.Encoding] = {}
-
-
-def _parse_ranks(data: bytes) -> dict[bytes, int]:
-    return {
-        base64.b64decode(token): int(rank)
-        for token, rank in (line.split() for line in data.splitlines() if line)
-    }
-
-
-def load_encoding(name: str) -> tiktoken.Encoding:
-    """Build a tiktoken encoding from the packaged rank file, never from the network.
-
-    tiktoken's own constructor supplies the split pattern and special tokens; only its
-    rank loader is redirected, and the data it gets is checked against the hash that
-    tiktoken itself expects for that URL.
-    """
-    with _load_lock:
-        cached = _loaded.get(name)
-        if cached is not None:
-            return cached
-        if name not in SUPPORTED_ENCODINGS:
-            raise EncodingDataError(
-                f"unsupported encoding {name!r}; supported: {', '.join(SUPPORTED_ENCODINGS)}"
-            )
-        constructor = openai_public.ENCODING_CONSTRUCTORS[name]
-
-        def packaged_loader(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-            if expected_hash is not None and expected_hash != EXPECTED_SHA256[name]:
-                raise EncodingDataError(
-                    f"tiktoken expects {expected_hash} for {url}, packaged data is another file"
-                )
-            return _parse_ranks(read_rank_file(name))
-
-        with unittest.mock.patch.object(openai_public, "load_tiktoken_bpe", packaged_loader):
-            spec = constructor()
-        encoding = tiktoken.Encoding(
-            name=spec["name"],
-            pat_str=spec["pat_str"],
-            mergeable_ranks=spec["mergeable_ranks"],
-            special_tokens=spec["special_tokens"],
-        )
-        # The ranks now live in tiktoken's native tables; its Python copy (~27 MB for o200k)
-        # is kept only for pickling an Encoding, which nothing here does.
-        encoding._mergeable_ranks = {}
-        _loaded[name] = encoding
-        return encoding
-
 
 # Texts longer than this are counted piece by piece: encoding a 50 MB text at once would build
 # a list of tens of millions of tokens (gigabytes of Python integers) only to take its length.

@@ -9,15 +9,25 @@ gzip-compressed; the encodings themselves are OpenAI's public tiktoken encodings
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import threading
 from importlib import resources
+
+import tiktoken
+import tiktoken_ext.openai_public as openai_public
 
 # Expected SHA-256 of the *uncompressed* files, as published in tiktoken_ext.openai_public.
 EXPECTED_SHA256: dict[str, str] = {
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
 }
+
+SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(EXPECTED_SHA256)
+
+_load_lock = threading.Lock()
+_loaded: dict[str, tiktoken.Encoding] = {}
 
 
 class EncodingDataError(RuntimeError):
@@ -39,3 +49,53 @@ def read_rank_file(name: str) -> bytes:
             f"packaged rank file for {name!r} has sha256 {actual}, expected {EXPECTED_SHA256[name]}"
         )
     return data
+
+
+def _parse_ranks(data: bytes) -> dict[bytes, int]:
+    return {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in data.splitlines() if line)
+    }
+
+
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """Build a tiktoken encoding from the packaged rank file, never from the network.
+
+    tiktoken's own constructor supplies the split pattern and special tokens; only its rank
+    loader is swapped for the packaged one while it runs (under the load lock), and the data it
+    gets is checked against the hash that tiktoken itself expects for that URL.
+    """
+    with _load_lock:
+        cached = _loaded.get(name)
+        if cached is not None:
+            return cached
+        if name not in SUPPORTED_ENCODINGS:
+            raise EncodingDataError(
+                f"unsupported encoding {name!r}; supported: {', '.join(SUPPORTED_ENCODINGS)}"
+            )
+        constructor = openai_public.ENCODING_CONSTRUCTORS[name]
+
+        def packaged_loader(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+            if expected_hash is not None and expected_hash != EXPECTED_SHA256[name]:
+                raise EncodingDataError(
+                    f"tiktoken expects {expected_hash} for {url}, packaged data is another file"
+                )
+            return _parse_ranks(read_rank_file(name))
+
+        network_loader = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = packaged_loader
+        try:
+            spec = constructor()
+        finally:
+            openai_public.load_tiktoken_bpe = network_loader
+        encoding = tiktoken.Encoding(
+            name=spec["name"],
+            pat_str=spec["pat_str"],
+            mergeable_ranks=spec["mergeable_ranks"],
+            special_tokens=spec["special_tokens"],
+        )
+        # The ranks now live in tiktoken's native tables; its Python copy (~27 MB for o200k)
+        # is kept only for pickling an Encoding, which nothing here does.
+        encoding._mergeable_ranks = {}
+        _loaded[name] = encoding
+        return encoding
