@@ -28,7 +28,7 @@ from policies.facts import StageFacts
 from policies.pins import Pins
 from policies.stages import STAGE_TYPES
 from policies.summarizer import Summarizer
-from policies.tokens import TokenCounter
+from policies.tokens import RequestTokens, TokenCounter
 from policies.view import Checkpoint, Context, Offload, Stage, View, requested_answer_tokens
 
 __all__ = [
@@ -166,61 +166,25 @@ class Policy:
         checkpoint = checkpoint or Checkpoint()
         if not self.stages or not isinstance(messages, list):
             return PolicyOutcome(None, counted.total, counted.total, checkpoint=checkpoint)
-        safeguard: Any = next((s for s in self.stages if s.name == "token_safeguard"), None)
-        ctx = Context(
-            counter=counter,
-            encoding=counted.encoding,
+        ctx = self._context(
+            body,
+            counter,
+            counted,
             window=window,
-            tools_tokens=counted.tools,
             summarizer=summarizer,
-            model=body.get("model") if isinstance(body.get("model"), str) else None,
-            pins=self.pins,
             digests=digests or Digests(),
-            answer_tokens=requested_answer_tokens(body),
             injected_tokens=injected_tokens,
-            summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
-            ledger_share=next(
-                (float(getattr(s, "ledger_share", 0.1)) for s in self.stages if s.name in _SUMMARIZING), 0.1
-            ),
-            reserve_tokens=int(getattr(safeguard, "reserve_tokens", 1024)),
-            read_room=safeguard.read_room(window) if safeguard is not None else 0,
-            edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
-            transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
         )
-        view = View(
-            messages=list(messages),
-            original=messages,
-            origin=list(range(len(messages))),
-            checkpoint=replace(checkpoint, requests=checkpoint.requests + 1),
-            compacting=force,
-            trigger="forced" if force else None,
-        )
-        # The view starts as the request itself: its count is already known.
-        view._tokens = (view.messages, counted.total)
+        view = _request_view(messages, checkpoint, counted, force=force)
         apply_checkpoint(view, ctx.digests)
         for stage in self.stages:
             view = await stage.apply(view, ctx)
         if view.decided:
-            previous = view.checkpoint
-            view.checkpoint = replace(
-                previous,
-                compactions=previous.compactions + 1,
-                recent_compactions=(*previous.recent_compactions[-4:], previous.requests),
-            )
+            view.checkpoint = _with_compaction_counted(view.checkpoint)
         after = view.tokens(ctx) if view.changed else counted.total
         if after > counted.total:
             # A summary can outweigh a short history: never send more than the client did.
-            view.facts.reverted = f"view had {after} tokens, more than the request's {counted.total}"
-            return PolicyOutcome(
-                None,
-                counted.total,
-                counted.total,
-                checkpoint=checkpoint,
-                facts=view.facts,
-                original=messages,
-                # The client's request goes out as it is: a layout change, reported as such.
-                trigger="reverted" if checkpoint.summary or checkpoint.placeholders or view.trigger else None,
-            )
+            return _reverted_outcome(view, checkpoint, counted.total, after)
         return PolicyOutcome(
             messages=view.messages if view.changed else None,
             tokens_before=counted.total,
@@ -233,6 +197,84 @@ class Policy:
             trigger=view.trigger,
             origin=tuple(view.origin) if view.changed else None,
         )
+
+    def _context(
+        self,
+        body: Mapping[str, Any],
+        counter: TokenCounter,
+        counted: RequestTokens,
+        *,
+        window: int,
+        summarizer: Summarizer | None,
+        digests: Digests,
+        injected_tokens: int,
+    ) -> Context:
+        """What the stages share for one request; settings one stage owns but others need (the
+        summarizing stage's ledger share, the safeguard's reserve and read room) are read from it."""
+        safeguard: Any = next((s for s in self.stages if s.name == "token_safeguard"), None)
+        return Context(
+            counter=counter,
+            encoding=counted.encoding,
+            window=window,
+            tools_tokens=counted.tools,
+            summarizer=summarizer,
+            model=body.get("model") if isinstance(body.get("model"), str) else None,
+            pins=self.pins,
+            digests=digests,
+            answer_tokens=requested_answer_tokens(body),
+            injected_tokens=injected_tokens,
+            summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
+            ledger_share=next(
+                (float(getattr(s, "ledger_share", 0.1)) for s in self.stages if s.name in _SUMMARIZING), 0.1
+            ),
+            reserve_tokens=int(getattr(safeguard, "reserve_tokens", 1024)),
+            read_room=safeguard.read_room(window) if safeguard is not None else 0,
+            edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
+            transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
+        )
+
+
+def _request_view(
+    messages: list[Any], checkpoint: Checkpoint, counted: RequestTokens, *, force: bool
+) -> View:
+    """The view before any stage: the request itself (its token count already known), one
+    more request counted in the session's checkpoint; ``force`` makes it a compaction point."""
+    view = View(
+        messages=list(messages),
+        original=messages,
+        origin=list(range(len(messages))),
+        checkpoint=replace(checkpoint, requests=checkpoint.requests + 1),
+        compacting=force,
+        trigger="forced" if force else None,
+    )
+    view._tokens = (view.messages, counted.total)
+    return view
+
+
+def _with_compaction_counted(checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint after a compaction point at its current request: the count, and the last
+    five points' request numbers (what thrash detection looks at)."""
+    return replace(
+        checkpoint,
+        compactions=checkpoint.compactions + 1,
+        recent_compactions=(*checkpoint.recent_compactions[-4:], checkpoint.requests),
+    )
+
+
+def _reverted_outcome(view: View, checkpoint: Checkpoint, tokens: int, view_tokens: int) -> PolicyOutcome:
+    """The request goes out as the client sent it, with the session's checkpoint as it came in
+    (``checkpoint``): the view came out larger (``view_tokens``) than the request (``tokens``)."""
+    view.facts.reverted = f"view had {view_tokens} tokens, more than the request's {tokens}"
+    return PolicyOutcome(
+        None,
+        tokens,
+        tokens,
+        checkpoint=checkpoint,
+        facts=view.facts,
+        original=view.original,
+        # The client's request goes out as it is: a layout change, reported as such.
+        trigger="reverted" if checkpoint.summary or checkpoint.placeholders or view.trigger else None,
+    )
 
 
 def _build_stage(policy: str, index: int, stage: object) -> Stage:
