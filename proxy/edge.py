@@ -24,7 +24,7 @@ from proxy.exchange import ClientDisconnected, Exchange, new_request_id
 from proxy.forwarding import UnsafePath, header_value
 from proxy.metrics import Metrics
 from proxy.observers import Finisher, Observer
-from proxy.providers import Providers
+from proxy.providers import Provider, Providers
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.route import CompactingRoute
@@ -75,57 +75,14 @@ class Edge:
             started=time.perf_counter(),
         )
         exchange.extra_headers.append((b"x-compaction-request-id", exchange.request_id.encode()))
-        current = asyncio.current_task()
-
-        async def watch_disconnect() -> None:
-            # After the body is read, the next ASGI message is the disconnect; cancelling the
-            # relay closes the upstream connection, so the upstream stops generating too.
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not exchange.responded and current is not None:
-                        exchange.error = "client_disconnected"
-                        current.cancel()
-                    return
-
-        watcher: asyncio.Task[None] | None = None
         provider = (
             self.providers.named(door.provider)
             if door
             else self.providers.for_request(raw_path, scope["headers"])
         )
+        watcher: list[asyncio.Task[None]] = []
         try:
-            if provider.refuse_anonymous and not credentials(scope["headers"]):
-                raise ProxyError(
-                    401,
-                    "You didn't provide an API key. Send it in an Authorization header "
-                    "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
-                    code="missing_api_key",
-                )
-            try:
-                url = provider.base.url(raw_path, scope.get("query_string", b""))
-            except UnsafePath:
-                raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
-            body = await self._read_body(scope, receive)
-            watcher = asyncio.create_task(watch_disconnect())
-            if door is not None:
-                draft = self.route.draft(door.dialect, scope["headers"], body, url, exchange, provider)
-                del body  # the draft owns the bytes, and drops them once they are sent
-                await self.route.handle(send, draft)
-            else:
-                headers = provider.upstream_headers(scope["headers"])
-                await relay(
-                    upstream=self.upstream,
-                    metrics=self.metrics,
-                    send=send,
-                    method=scope["method"],
-                    url=url,
-                    headers=headers,
-                    content=body,
-                    exchange=exchange,
-                    route_headers=None,
-                    error_body=provider.error_body,
-                )
+            await self._serve(scope, receive, send, raw_path, door, provider, exchange, watcher)
         except ProxyError as error:
             exchange.status = error.status
             exchange.error = exchange.error or (error.code or error.type)
@@ -143,9 +100,53 @@ class Edge:
             # Cancelled by our own disconnect watcher: the client is gone, nothing to answer.
         finally:
             exchange.responded = True
-            if watcher is not None:
-                watcher.cancel()
+            for task in watcher:
+                task.cancel()
             self._observe(exchange)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        raw_path: bytes,
+        door: Door | None,
+        provider: Provider,
+        exchange: Exchange,
+        watcher: list[asyncio.Task[None]],
+    ) -> None:
+        """The credential rule, the path check, the body, then the door's route or a relay;
+        ``watcher`` gets the task that watches for the client's disconnect."""
+        if provider.refuse_anonymous and not credentials(scope["headers"]):
+            raise ProxyError(
+                401,
+                "You didn't provide an API key. Send it in an Authorization header "
+                "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
+                code="missing_api_key",
+            )
+        try:
+            url = provider.base.url(raw_path, scope.get("query_string", b""))
+        except UnsafePath:
+            raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
+        body = await self._read_body(scope, receive)
+        watcher.append(asyncio.create_task(_watch_disconnect(receive, exchange, asyncio.current_task())))
+        if door is not None:
+            draft = self.route.draft(door.dialect, scope["headers"], body, url, exchange, provider)
+            del body  # the draft owns the bytes, and drops them once they are sent
+            await self.route.handle(send, draft)
+            return
+        await relay(
+            upstream=self.upstream,
+            metrics=self.metrics,
+            send=send,
+            method=scope["method"],
+            url=url,
+            headers=provider.upstream_headers(scope["headers"]),
+            content=body,
+            exchange=exchange,
+            route_headers=None,
+            error_body=provider.error_body,
+        )
 
     def _observe(self, exchange: Exchange) -> None:
         steps = [(f, f.finish) for f in self.finishers]
@@ -189,3 +190,15 @@ class Edge:
             if not message.get("more_body", False):
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Receive, exchange: Exchange, current: asyncio.Task[Any] | None) -> None:
+    """After the body is read, the next ASGI message is the disconnect; cancelling the relay
+    closes the upstream connection, so the upstream stops generating too."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not exchange.responded and current is not None:
+                exchange.error = "client_disconnected"
+                current.cancel()
+            return

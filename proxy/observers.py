@@ -15,9 +15,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from policies.pipeline import PolicyOutcome
 from proxy.dialects.base import Dialect
 from proxy.events import EventSink, build_event
-from proxy.exchange import Exchange, status_class
+from proxy.exchange import Exchange, ShadowCompare, status_class
 from proxy.metrics import Metrics
 from proxy.shadow import Decide, ShadowComparer
 from proxy.token_factors import TokenFactors
@@ -72,6 +73,15 @@ class CompactionRecord:
         agent_compaction = exchange.dialect_notes.get("agent_compaction")
         if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction):
             return
+        self._count(exchange, outcome)
+        event = self._event(exchange, outcome)
+        compare = exchange.compare
+        if compare is not None and exchange.status == 200:
+            self._compare(exchange, compare, event)
+            return
+        self.events.emit(event)
+
+    def _count(self, exchange: Exchange, outcome: PolicyOutcome) -> None:
         m = self.metrics
         if outcome.trigger:
             for mechanism in outcome.mechanisms or ("none",):
@@ -97,6 +107,8 @@ class CompactionRecord:
             result = "ledger" if summary.model == "ledger" else "ok"
             m.summaries.labels("fallback" if summary.fallback_reason else result).inc()
             m.summary_seconds.observe(summary.seconds)
+
+    def _event(self, exchange: Exchange, outcome: PolicyOutcome) -> dict[str, Any]:
         version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))
         event = build_event(
             request_id=exchange.request_id,
@@ -123,30 +135,25 @@ class CompactionRecord:
             # A light record of a request the policy left alone.
             event.pop("checkpoint", None)
             event["details"] = {}
-        compare = exchange.compare
-        if compare is not None and exchange.status == 200:
-            policy = exchange.policy
+        return event
 
-            def compared(result: dict[str, Any]) -> None:
-                label = "error" if result["error"] else ("diverged" if result["diverged"] else "same")
-                self.metrics.shadow_compares.labels(policy, label).inc()
-                self.events.emit({**event, "shadow_compare": result})
+    def _compare(self, exchange: Exchange, compare: ShadowCompare, event: dict[str, Any]) -> None:
+        """The shadow comparison runs in the background; its result completes the event."""
+        policy = exchange.policy
 
-            dialect, url, headers, tenant = compare.dialect, compare.url, compare.headers, exchange.tenant
+        def compared(result: dict[str, Any]) -> None:
+            label = "error" if result["error"] else ("diverged" if result["diverged"] else "same")
+            self.metrics.shadow_compares.labels(policy, label).inc()
+            self.events.emit({**event, "shadow_compare": result})
 
-            async def ask(body: dict[str, Any]) -> tuple[int, bytes]:
-                return await self.ask(dialect, url, headers, body, tenant)
+        dialect, url, headers, tenant = compare.dialect, compare.url, compare.headers, exchange.tenant
 
-            self.shadow.start(
-                ask,
-                compare.body,
-                bytes(compare.captured),
-                compare.captured_sse,
-                compared,
-                self.decide(dialect),
-            )
-            return
-        self.events.emit(event)
+        async def ask(body: dict[str, Any]) -> tuple[int, bytes]:
+            return await self.ask(dialect, url, headers, body, tenant)
+
+        self.shadow.start(
+            ask, compare.body, bytes(compare.captured), compare.captured_sse, compared, self.decide(dialect)
+        )
 
 
 class TokenCalibration:
