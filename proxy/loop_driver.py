@@ -21,6 +21,7 @@ import orjson
 
 from proxy.dialects.base import Answer, StreamCodec
 from proxy.errors import ProxyError
+from proxy.exchange import dump_json
 from proxy.forwarding import client_response_headers
 from proxy.read_answers import run_reads
 from proxy.read_loop import Command, Done, Fail, LoopResult, Read, ReadLoop, Received, Send
@@ -175,7 +176,7 @@ class LoopDriver:
         self.writer.set_header(b"x-compaction-read-rounds", str(send.read_rounds).encode())
         started = time.perf_counter()
         try:
-            response = await self.upstream.open("POST", self.url, self.headers, orjson.dumps(send.body))
+            response = await self.upstream.open("POST", self.url, self.headers, dump_json(send.body))
         finally:
             self.result.upstream_seconds += time.perf_counter() - started
         started = time.perf_counter()
