@@ -254,42 +254,8 @@ def inject(
     rng = _rng(seed, row, label)
     haystack = "\n".join(text for _i, _w, text in history_texts(case)) + "\n" + (case.model_patch or "")
     facts = _Facts(rng, haystack, _touched_files(case))
-    # (point index, order, family, role, position, fact, text), ordered as they are inserted.
-    planned: list[tuple[int, int, str, str, Position, str, str]] = []
-    groups: dict[str, list[int]] = {}
-    for number, position in enumerate(per_family):
-        groups.setdefault(str(position), []).append(number)
-    for members in groups.values():
-        position = per_family[members[0]]
-        anchor = _anchor(position, len(points), len(members))
-        # The order within a position is drawn too: the most recent user turn is the one a
-        # policy keeps verbatim, and no family should always be it.
-        order = list(members)
-        rng.shuffle(order)
-        for rank, number in enumerate(order):
-            family = families[number]
-            values = facts.values(family)
-            at = min(anchor + rank, len(points) - 1)
-            text = rng.choice(TEMPLATES[family]).render(values)
-            planned.append((at, len(planned), family, "fact", position, values["fact"], text))
-            if family == "correction":
-                stale_at = max(0, anchor - 1)
-                stale_text = rng.choice(STALE_TEMPLATES).render(values)
-                # First at its point: before the correction even when both share one.
-                planned.append((stale_at, -1, family, STALE, position, values["stale"], stale_text))
-    planned.sort(key=lambda item: (item[0], item[1]))
-    trajectory = list(row.get("trajectory") or [])
-    by_point: dict[int, list[tuple[int, int, str, str, Position, str, str]]] = {}
-    for item in planned:
-        by_point.setdefault(points[item[0]], []).append(item)
-    injected_trajectory: list[Any] = []
-    records: list[Injected] = []
-    for index, message in enumerate(trajectory):
-        for _at, _order, family, turn_role, position, fact, text in by_point.get(index, []):
-            step = sum(1 for s in case.steps if s < index)
-            records.append(Injected(family, turn_role, position, len(injected_trajectory), step, fact, text))
-            injected_trajectory.append(_user_message(text))
-        injected_trajectory.append(message)
+    planned = _plan(families, per_family, len(points), rng, facts)
+    injected_trajectory, records = _inserted(list(row.get("trajectory") or []), points, planned, case)
     suffix = _suffix(label, seed)
     result = dict(row)
     result["trajectory"] = injected_trajectory
@@ -305,6 +271,58 @@ def inject(
         "source_trajectory_id": row.get("trajectory_id"),
     }
     return result
+
+
+# (point index, order, family, role, position, fact, text) of one turn to insert.
+Planned = tuple[int, int, str, str, Position, str, str]
+
+
+def _plan(
+    families: Sequence[str], per_family: Sequence[Position], points: int, rng: random.Random, facts: _Facts
+) -> list[Planned]:
+    """The turns to insert, at which insertion point, ordered as they are inserted."""
+    planned: list[Planned] = []
+    groups: dict[str, list[int]] = {}
+    for number, position in enumerate(per_family):
+        groups.setdefault(str(position), []).append(number)
+    for members in groups.values():
+        position = per_family[members[0]]
+        anchor = _anchor(position, points, len(members))
+        # The order within a position is drawn too: the most recent user turn is the one a
+        # policy keeps verbatim, and no family should always be it.
+        order = list(members)
+        rng.shuffle(order)
+        for rank, number in enumerate(order):
+            family = families[number]
+            values = facts.values(family)
+            at = min(anchor + rank, points - 1)
+            text = rng.choice(TEMPLATES[family]).render(values)
+            planned.append((at, len(planned), family, "fact", position, values["fact"], text))
+            if family == "correction":
+                stale_at = max(0, anchor - 1)
+                stale_text = rng.choice(STALE_TEMPLATES).render(values)
+                # First at its point: before the correction even when both share one.
+                planned.append((stale_at, -1, family, STALE, position, values["stale"], stale_text))
+    planned.sort(key=lambda item: (item[0], item[1]))
+    return planned
+
+
+def _inserted(
+    trajectory: list[Any], points: Sequence[int], planned: Sequence[Planned], case: Case
+) -> tuple[list[Any], list[Injected]]:
+    """The trajectory with the planned user turns in place, and what was inserted where."""
+    by_point: dict[int, list[Planned]] = {}
+    for item in planned:
+        by_point.setdefault(points[item[0]], []).append(item)
+    injected_trajectory: list[Any] = []
+    records: list[Injected] = []
+    for index, message in enumerate(trajectory):
+        for _at, _order, family, turn_role, position, fact, text in by_point.get(index, []):
+            step = sum(1 for s in case.steps if s < index)
+            records.append(Injected(family, turn_role, position, len(injected_trajectory), step, fact, text))
+            injected_trajectory.append(_user_message(text))
+        injected_trajectory.append(message)
+    return injected_trajectory, records
 
 
 def _suffix(label: str, seed: int) -> str:
