@@ -238,79 +238,137 @@ def build_results(
     input_path: Path,
     proxy: str,
 ) -> dict[str, Any]:
+    """The whole ``results.json`` (see the module's docstring for its schema)."""
     questions = question_entries(loaded, parts, config.arms)
-    arms = {}
     model = cost_model(config) if config.mode == "enforce" else None
+    arms = _all_arm_figures(config, loaded, parts, questions, model)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": _run_record(
+            config,
+            loaded,
+            policy_specs,
+            cost_note=cost_run_note(model, arms),
+            seconds=seconds,
+            input_path=input_path,
+            proxy=proxy,
+        ),
+        "arms": arms,
+        "cases": _cases_record(config, loaded),
+        "questions": questions,
+        "series": _series_after(config, loaded, parts),
+        "series_before": _series_before(config, loaded, parts),
+    }
+
+
+def _all_arm_figures(
+    config: ReplayConfig,
+    loaded: Loaded,
+    parts: dict[tuple[str, str], CasePart],
+    questions: Sequence[dict[str, Any]],
+    model: CostModel | None,
+) -> dict[str, dict[str, Any]]:
+    """Every arm's figures over its cases (in the input's order), each arm's cost also compared
+    with the full arm's."""
+    arms = {}
     for arm in config.arms:
         arm_parts = [parts[(arm, c.case_id)] for c in loaded.cases if (arm, c.case_id) in parts]
         arms[arm] = arm_figures(arm, arm_parts, [q for q in questions if q["arm"] == arm], model)
     compare_to_full(arms)
+    return arms
+
+
+def _run_record(
+    config: ReplayConfig,
+    loaded: Loaded,
+    policy_specs: dict[str, Any],
+    *,
+    cost_note: dict[str, Any],
+    seconds: float,
+    input_path: Path,
+    proxy: str,
+) -> dict[str, Any]:
+    """What the run was: its config and input, the arms' policy specs and their hash, the
+    models, how costs were computed, the versions, when it finished and how long it took."""
+    specs = {arm: policy_specs.get(arm) for arm in config.arms}
+    return {
+        "config": config_builtins(config),
+        "input": str(input_path),
+        "input_sha256": loaded.input_sha256,
+        "policies": specs,
+        "policies_sha256": hashlib.sha256(orjson.dumps(specs, option=orjson.OPT_SORT_KEYS)).hexdigest(),
+        "context_window": config.context_window,
+        "mode": config.mode,
+        "summarizer": (
+            "ledger (offline, model-free)"
+            if config.summarizer_model is None
+            else f"model {config.summarizer_model.model}"
+        ),
+        "answer_model": config.answer_model.model if config.answer_model else None,
+        "cost": cost_note,
+        "judge_model": config.judge_model.model if config.judge_model else None,
+        "proxy": proxy,
+        "versions": _versions(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(seconds, 1),
+    }
+
+
+def _versions() -> dict[str, str | None]:
+    return {
+        "compaction-proxy": _version("compaction-proxy"),
+        "python": platform.python_version(),
+        "tiktoken": _version("tiktoken"),
+        "git_commit": _git_commit(),
+    }
+
+
+def _cases_record(config: ReplayConfig, loaded: Loaded) -> dict[str, Any]:
+    """The cases used, the rows rejected (counted by reason, and each one), the questions asked
+    per kind and those omitted."""
     rejected: dict[str, int] = {}
     for item in loaded.rejected:
         rejected[item.reason] = rejected.get(item.reason, 0) + 1
-    specs = {arm: policy_specs.get(arm) for arm in config.arms}
     return {
-        "schema_version": SCHEMA_VERSION,
-        "run": {
-            "config": config_builtins(config),
-            "input": str(input_path),
-            "input_sha256": loaded.input_sha256,
-            "policies": specs,
-            "policies_sha256": hashlib.sha256(orjson.dumps(specs, option=orjson.OPT_SORT_KEYS)).hexdigest(),
-            "context_window": config.context_window,
-            "mode": config.mode,
-            "summarizer": (
-                "ledger (offline, model-free)"
-                if config.summarizer_model is None
-                else f"model {config.summarizer_model.model}"
-            ),
-            "answer_model": config.answer_model.model if config.answer_model else None,
-            "cost": cost_run_note(model, arms),
-            "judge_model": config.judge_model.model if config.judge_model else None,
-            "proxy": proxy,
-            "versions": {
-                "compaction-proxy": _version("compaction-proxy"),
-                "python": platform.python_version(),
-                "tiktoken": _version("tiktoken"),
-                "git_commit": _git_commit(),
-            },
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "seconds": round(seconds, 1),
+        "used": len(loaded.cases),
+        "rejected": rejected,
+        "rejected_rows": [
+            {"row": r.row_number, "instance_id": r.instance_id, "reason": r.reason, "detail": r.detail}
+            for r in loaded.rejected
+        ],
+        "questions": {
+            kind: sum(1 for qs in loaded.questions.values() for q in qs if q.kind == kind)
+            for kind in config.kinds
         },
-        "arms": arms,
-        "cases": {
-            "used": len(loaded.cases),
-            "rejected": rejected,
-            "rejected_rows": [
-                {"row": r.row_number, "instance_id": r.instance_id, "reason": r.reason, "detail": r.detail}
-                for r in loaded.rejected
-            ],
-            "questions": {
-                kind: sum(1 for qs in loaded.questions.values() for q in qs if q.kind == kind)
-                for kind in config.kinds
-            },
-            "questions_omitted": loaded.omitted,
-        },
-        "questions": questions,
-        "series": {
-            arm: {
-                case.case_id: parts[(arm, case.case_id)].tokens_after
-                for case in loaded.cases
-                if (arm, case.case_id) in parts
-            }
-            for arm in config.arms
-        },
-        "series_before": {
-            case.case_id: next(
-                (
-                    parts[(arm, case.case_id)].tokens_before
-                    for arm in config.arms
-                    if (arm, case.case_id) in parts
-                ),
-                [],
-            )
+        "questions_omitted": loaded.omitted,
+    }
+
+
+def _series_after(
+    config: ReplayConfig, loaded: Loaded, parts: dict[tuple[str, str], CasePart]
+) -> dict[str, dict[str, list[int]]]:
+    """Per arm and case, the tokens after each request (the sawtooth)."""
+    return {
+        arm: {
+            case.case_id: parts[(arm, case.case_id)].tokens_after
             for case in loaded.cases
-        },
+            if (arm, case.case_id) in parts
+        }
+        for arm in config.arms
+    }
+
+
+def _series_before(
+    config: ReplayConfig, loaded: Loaded, parts: dict[tuple[str, str], CasePart]
+) -> dict[str, list[int]]:
+    """Per case, the tokens of each request as the client sent it, from the first arm (in the
+    config's order) that ran the case; none when no arm did."""
+    return {
+        case.case_id: next(
+            (parts[(arm, case.case_id)].tokens_before for arm in config.arms if (arm, case.case_id) in parts),
+            [],
+        )
+        for case in loaded.cases
     }
 
 
