@@ -142,6 +142,26 @@ def download(
     return result_of(out, manifest, added, resumed)
 
 
+def _check_source(
+    http: RetryingHttp, out: Path, mpath: Path, manifest: dict[str, Any], endpoint: str, datasets_server: str
+) -> None:
+    """The source's files are the ones the download started from (a fresh download records
+    them, and creates its output once the source is verified)."""
+    source = find_source(http, endpoint, datasets_server, manifest["dataset"], manifest["revision"])
+    known = [(f["path"], f["url"]) for f in manifest["files"]]
+    current = [(f.path, f.url) for f in source.files]
+    if known and known != current:
+        raise DownloadError(
+            f"the source files changed since {out} was started ({source.kind}); rerun with --restart"
+        )
+    if not known:
+        manifest["source"] = source.kind
+        manifest["files"] = [{"path": f.path, "url": f.url, "rows": None} for f in source.files]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"")
+        write_manifest(mpath, manifest)
+
+
 def _scan(
     http: RetryingHttp,
     pq: Any,
@@ -156,20 +176,7 @@ def _scan(
 ) -> int:
     """Read source rows from ``manifest["next_row"]`` on, appending the matching ones to
     ``out`` until ``limit`` rows are taken or the source ends; returns the rows added."""
-    source = find_source(http, endpoint, datasets_server, manifest["dataset"], manifest["revision"])
-    known = [(f["path"], f["url"]) for f in manifest["files"]]
-    current = [(f.path, f.url) for f in source.files]
-    if known and known != current:
-        raise DownloadError(
-            f"the source files changed since {out} was started ({source.kind}); rerun with --restart"
-        )
-    if not known:  # a fresh download: the files are created once the source is verified
-        manifest["source"] = source.kind
-        manifest["files"] = [{"path": f.path, "url": f.url, "rows": None} for f in source.files]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(b"")
-        write_manifest(mpath, manifest)
-
+    _check_source(http, out, mpath, manifest, endpoint, datasets_server)
     matcher = RowMatcher(filters, manifest["repos_taken"])
     progress = _Progress(progress_enabled, limit, len(manifest["files"]))
     added = 0
