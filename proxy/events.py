@@ -169,9 +169,11 @@ def _reads_record(reads: LoopResult | None) -> dict[str, Any] | None:
 
 def _compressed_view(outcome: PolicyOutcome) -> str | None:
     """At a compaction point the view itself (zlib, base64): the event alone then holds exactly
-    what was sent; between points, checkpoint + the client's history rebuild it."""
+    what was sent; between points, checkpoint + the client's history rebuild it. Level 1: about
+    four times faster than the default on agent text, for a somewhat larger event (it is
+    written on the request's path of every compaction point)."""
     if outcome.trigger and outcome.messages is not None:
-        return base64.b64encode(zlib.compress(orjson.dumps(outcome.messages), 6)).decode()
+        return base64.b64encode(zlib.compress(orjson.dumps(outcome.messages), 1)).decode()
     return None
 
 
