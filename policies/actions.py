@@ -7,7 +7,9 @@ Agents name the same few actions differently: OpenHands calls ``execute_bash(com
 mini-swe-agent writes ```` ```mswea_bash_command ```` blocks or calls ``bash(command)``.
 Every part of the project that needs to know what an agent did (the state ledger, offload
 descriptions, retry collapse, shadow decision signatures, the replay questions) asks this
-module, so a new agent's schema is taught in one place.
+module, so a new agent's tool schema is taught in one place. ``policies.message_actions``
+finds the actions in a message (its tool calls, or the actions an agent writes as text) and
+reads each one here.
 
 An ``Action`` is a normalized reading of one call: its ``kind`` (``shell``, ``read``,
 ``edit``, ``write``, ``patch``, ``search``, ``plan``, ``finish``, ``think`` or ``other``),
@@ -19,14 +21,11 @@ Nothing is inferred beyond what the call itself says.
 
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from policies.conversation import Message, message_text
 from policies.shell_commands import (
     HEREDOC,
     is_patch,
@@ -215,7 +214,9 @@ def _plan(items: Any, text_keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]
     return tuple(plan)
 
 
-def _shell(tool: str, args: dict[str, Any], command: str, native: bool) -> Action:
+def shell_action(tool: str, args: dict[str, Any], command: str, native: bool) -> Action:
+    """A shell command as an action: the files it writes, the file it shows, a patch it applies
+    through a heredoc."""
     writes = shell_write_targets(command)
     heredoc_patch = None
     if "*** Begin Patch" in command:
@@ -246,7 +247,7 @@ def classify(tool: str, args: dict[str, Any], *, native: bool = True) -> Action:
             return Action(tool, PATCH, args, paths=patch_paths(raw[1]), code=patch_added_text(raw[1]))
         command = shell_command(raw)
         if command is not None:
-            return _shell(tool, args, command, native)
+            return shell_action(tool, args, command, native)
     if tool in _EDITOR_TOOLS and not args.get("command"):
         # An editor without sub-commands (``edit_file(path, old_string, new_string)``, Cursor's
         # ``edit_file(target_file, code_edit)``): read from its arguments.
@@ -330,90 +331,7 @@ def _fallback(tool: str, args: dict[str, Any], path: str | None, native: bool) -
     for key in _COMMAND_KEYS:
         command = shell_command(args.get(key))
         if command:
-            return _shell(tool, args, command, native)
+            return shell_action(tool, args, command, native)
     if path:
         return Action(tool, READ, args, path=path, native=native)
     return Action(tool, OTHER, args, native=native)
-
-
-# --- actions written as text -----------------------------------------------------------------
-
-_TEXT_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_TEXT_PARAMETER = re.compile(r"<parameter=([\w.-]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
-# A fenced action block: ```bash, ```sh, ```shell, mini-swe-agent's ```mswea_bash_command, or a
-# bare fence (SWE-agent's text mode).
-_FENCED = re.compile(r"```(bash|sh|shell|console|mswea_bash_command|)[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def text_actions(text: str) -> list[Action]:
-    """Actions written in an assistant's text: ``<function=...>`` blocks, else the last fenced
-    command block (the agent runs that one)."""
-    found = [
-        classify(name, {k: v for k, v in _TEXT_PARAMETER.findall(body)}, native=False)
-        for name, body in _TEXT_FUNCTION.findall(text)
-    ]
-    if found:
-        return found
-    blocks = _FENCED.findall(text)
-    if not blocks:
-        return []
-    _language, body = blocks[-1]
-    command = body.strip()
-    if not command:
-        return []
-    return [_swe_agent_command(command) or _shell("shell", {"command": command}, command, native=False)]
-
-
-# SWE-agent's own commands (its text mode): ``open f``, ``create f``, ``edit 3:5`` ... ``end_of_edit``.
-_SWE_EDIT = re.compile(r"^(edit|insert|append)\b[^\n]*\n(.*?)\n?end_of_(?:edit|insert|append)\s*$", re.DOTALL)
-_SWE_READS = frozenset({"open", "goto", "scroll_up", "scroll_down"})
-_SWE_SEARCHES = frozenset({"search_dir", "search_file", "find_file"})
-
-
-def _swe_agent_command(command: str) -> Action | None:
-    words = command.split(maxsplit=2)
-    program = words[0] if words else ""
-    args = {"command": command}
-    edit = _SWE_EDIT.match(command)
-    if edit:
-        return Action("edit", EDIT, args, command=command, code=edit.group(2), native=False)
-    if program == "open" and len(words) > 1:
-        return Action("open", READ, args, command=command, path=words[1].strip("\"'"), native=False)
-    if program in _SWE_READS:
-        return Action(program, READ, args, command=command, native=False)
-    if program == "create" and len(words) > 1:
-        return Action("create", WRITE, args, command=command, path=words[1].strip("\"'"), native=False)
-    if program in _SWE_SEARCHES:
-        return Action(program, SEARCH, args, command=command, native=False)
-    if program == "submit" and len(words) == 1:
-        return Action("submit", FINISH, args, command=command, native=False)
-    return None
-
-
-def call_action(call: Any) -> Action:
-    """The action of one Chat Completions tool call (a malformed call is an ``other``)."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict):
-        return Action("", OTHER)
-    name = function.get("name")
-    name = name if isinstance(name, str) else ""
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        # Every compaction point reads the same calls again: remembered by their exact text.
-        return _classified(name, arguments)
-    return classify(name, parse_arguments(arguments))
-
-
-@functools.lru_cache(maxsize=16384)
-def _classified(name: str, arguments: str) -> Action:
-    return classify(name, parse_arguments(arguments))
-
-
-def actions_of(message: Message) -> list[Action]:
-    """Every action in an assistant message: its tool calls, else actions written as text."""
-    if not isinstance(message, dict):
-        return []
-    calls = message.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        return [call_action(call) for call in calls]
-    return text_actions(message_text(message))

@@ -24,9 +24,10 @@ from typing import Any
 
 import orjson
 
-from policies.actions import EDIT, PATCH, SHELL, WRITE, Action, call_action, text_actions
+from policies.actions import EDIT, PATCH, SHELL, WRITE, Action
 from policies.conversation import Message, role
 from policies.handles import ARGUMENT_PREFIX, argument_placeholder, new_handle
+from policies.message_actions import call_action, text_actions
 from policies.shell_commands import HEREDOC
 
 # A string argument at least this long is a body (the rest identifies the call and stays).

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action, actions_of
+from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action
 from policies.artifacts import edit_artifact
 from policies.conversation import (
     Message,
@@ -46,6 +46,7 @@ from policies.ledger_records import (
     render_user_words,
     saved_user_words,
 )
+from policies.message_actions import actions_of
 from policies.shell_commands import exit_code
 
 LEDGER_HEADING = "## State ledger (exact, extracted from the history)"

@@ -16,7 +16,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from policies.actions import actions_of
+from policies.message_actions import actions_of
 
 FINAL_ANSWER = "final answer"
 

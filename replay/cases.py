@@ -20,8 +20,9 @@ from typing import Any
 
 import orjson
 
-from policies.actions import Action, actions_of
+from policies.actions import Action
 from policies.conversation import Message, message_text, parse, role, tool_call_ids
+from policies.message_actions import actions_of
 from replay.rows import row_messages, row_tools
 
 # Actions that end a run: their call never gets a result.

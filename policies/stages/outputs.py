@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from policies.actions import EDIT, READ, WRITE, Action, actions_of, call_action
+from policies.actions import EDIT, READ, WRITE, Action
 from policies.conversation import Conversation, Message, message_text, role, tool_call_ids
+from policies.message_actions import actions_of, call_action
 from policies.shell_commands import exit_code
 
 _FAILURE_MARKERS = (

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policies.actions import Action, actions_of
+from policies.actions import Action
 from policies.conversation import message_text, role, tool_call_ids
+from policies.message_actions import actions_of
 from replay.cases import Case
 from replay.questions.question import ARGUMENTS, CONTENT
 

@@ -18,11 +18,10 @@ from policies.actions import (
     SEARCH,
     SHELL,
     WRITE,
-    actions_of,
     classify,
-    text_actions,
 )
 from policies.ledger import build_ledger
+from policies.message_actions import actions_of, text_actions
 
 PATCH_TEXT = (
     "*** Begin Patch\n*** Update File: src/app.py\n@@ def main():\n-    return 1\n+    return 2\n"
