@@ -38,3 +38,14 @@ def agent_compaction(headers: Sequence[tuple[bytes, bytes]], messages: Sequence[
         if any(prompt in text for prompt in _CLAUDE_PROMPTS):
             return "claude-code"
     return None
+
+
+def passes_as_sent(
+    agent: str, prompt_tokens: int, window: int, requested: int
+) -> tuple[str | None, dict[str, str]]:
+    """Whether the agent's own compaction request goes as sent (it fits the window, with the
+    answer it asks for and at least 1,024 tokens kept for it): the reason it is not compacted,
+    or None; and the note for the compaction event. The same rule for every body size."""
+    fits = prompt_tokens <= window - max(1024, requested)
+    note = {"agent": agent, "action": "forwarded as sent" if fits else "compacted to fit the window"}
+    return (f"{agent}'s own compaction request" if fits else None), note

@@ -18,6 +18,7 @@ from typing import Any
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.tokens import TokenCounter
+from proxy.agent_compaction import passes_as_sent
 from proxy.errors import ProxyError
 from proxy.forwarding import header_value
 from proxy.large_requests import LargeRequests, LargeWorker
@@ -184,13 +185,19 @@ class CompactionService:
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
-            body, dialect, tenant, with_digests=self.named(policy) and not explicit
+            body, dialect, tenant, with_digests=self.named(policy) and not explicit, headers=headers
         )
         if inspected.error is not None:
             status, message, param = inspected.error
             raise ProxyError(status, message, param=param)
         head = inspected.head
-        skip = inspected.skipped is not None
+        skipped, notes = inspected.skipped, dict(inspected.notes)
+        if inspected.agent is not None:
+            window = self.windows.window_for(head.get("model"))
+            skipped, notes["agent_compaction"] = passes_as_sent(
+                inspected.agent, inspected.agent_tokens, window, inspected.requested
+            )
+        skip = skipped is not None
         effective = without_stages(policy) if skip else policy
         resolution = (
             await self.session_of(headers, inspected.root, tenant, policy.name, inspected.digests)
@@ -205,9 +212,9 @@ class CompactionService:
             session=session,
             messages=inspected.messages,
             head=head,
-            skipped=inspected.skipped,
+            skipped=skipped,
             stream=inspected.stream,
-            notes=inspected.notes,
+            notes=notes,
         )
 
         async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:

@@ -3,8 +3,10 @@
 A chat body of tens of megabytes, or of tens of thousands of messages, costs seconds of CPU
 to parse, count and compact, most of it in C calls that hold the interpreter lock (a JSON
 parser) or in Python loops; on the event loop that would stall every other client and
-``/healthz`` for as long. Such bodies (over ``server.large_request_bytes``, or with more than
-``server.large_request_messages`` messages, counted on the raw bytes) go to a pool of
+``/healthz`` for as long. Such bodies (over ``server.large_request_bytes``, decided on the
+byte count before any parse; or with more than ``server.large_request_messages`` items in a
+top-level list, decided on the parsed JSON: orjson reads a body under the byte limit in a few
+milliseconds, and a scan of the raw bytes costs most of a parse on every request) go to a pool of
 ``server.large_request_workers`` processes instead. The parent keeps everything that holds
 state (sessions, checkpoints, the store, the response), and sends the worker only the body and
 what the policy needs; it gets back the view (as the body to send, which a policy brings down
@@ -29,8 +31,16 @@ import orjson
 
 from policies.digests import Digests
 from policies.facts import LargeRequestFact, StageFacts
-from policies.pipeline import Checkpoint, Offload, Policy, PolicyOutcome, build_policies
+from policies.pipeline import (
+    Checkpoint,
+    Offload,
+    Policy,
+    PolicyOutcome,
+    build_policies,
+    requested_answer_tokens,
+)
 from policies.tokens import TokenCounter
+from proxy.agent_compaction import agent_compaction
 from proxy.dialects import make_dialects
 from proxy.dialects.base import Parsed
 from proxy.errors import ProxyError
@@ -39,23 +49,9 @@ from proxy.memory import malloc_trim
 from proxy.settings import Settings, policy_specs
 from proxy.store import decode_checkpoint, encode_checkpoint
 
-_ROLE = b'"role"'
-
 
 def body_key(body: bytes) -> bytes:
     return hashlib.blake2b(body, digest_size=16).digest()
-
-
-# The fewest bytes a message takes in a body (``{"role":"user"}`` and a comma): a body shorter
-# than this many per message cannot hold too many of them, and is not scanned.
-_MESSAGE_MIN_BYTES = 16
-
-
-def is_large(body: bytes, max_bytes: int, max_messages: int) -> bool:
-    """Decided on the raw bytes (a byte count: far cheaper than any parse)."""
-    if len(body) > max_bytes:
-        return True
-    return len(body) > max_messages * _MESSAGE_MIN_BYTES and body.count(_ROLE) > max_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +66,11 @@ class Inspected:
     digests: list[str] = field(default_factory=list)
     stream: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    # The agent's own compaction request (``proxy/agent_compaction.py``): which agent, and the
+    # prompt tokens and answer length the parent decides with, as for a body of any size.
+    agent: str | None = None
+    agent_tokens: int = 0
+    requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,9 @@ def _init(settings_json: bytes) -> None:
     _worker = _Worker(msgspec.json.decode(settings_json, type=Settings))
 
 
-def _inspect(body: bytes, dialect: str, tenant: str, with_digests: bool) -> Inspected:
+def _inspect(
+    body: bytes, dialect: str, tenant: str, with_digests: bool, headers: list[tuple[bytes, bytes]]
+) -> Inspected:
     """Phase one: read (kept for phase two, which runs in this same process), check, digest."""
     from proxy.sessions import root_session
 
@@ -170,7 +173,11 @@ def _inspect(body: bytes, dialect: str, tenant: str, with_digests: bool) -> Insp
     digests = [_worker.digests.message(m) for m in messages] if with_digests and not parsed.skipped else []
     # What the parent needs of the body: the small fields (a view's body comes back whole).
     head = {k: v for k, v in parsed.body.items() if not isinstance(v, list | dict) or k == "tools"}
+    agent = None if parsed.skipped else agent_compaction(headers, messages)
     return Inspected(
+        agent=agent,
+        agent_tokens=_worker.counter.count_request(neutral).total if agent else 0,
+        requested=requested_answer_tokens(neutral),
         head=head,
         messages=len(messages),
         skipped=parsed.skipped,
@@ -250,7 +257,15 @@ class LargeRequests:
         self._queued: list[int] = []  # requests holding or waiting for each worker
 
     def wants(self, body: bytes) -> bool:
-        return is_large(body, self.max_bytes, self.max_messages)
+        """A body too large to parse on the event loop (its byte count)."""
+        return len(body) > self.max_bytes
+
+    def wants_parsed(self, data: Any) -> bool:
+        """A parsed body whose history is too long to count and compact on the event loop
+        (the longest top-level list: ``messages``, ``input``)."""
+        if not isinstance(data, dict):
+            return False
+        return max((len(v) for v in data.values() if isinstance(v, list)), default=0) > self.max_messages
 
     def _start(self) -> None:
         if self._pools:
@@ -306,10 +321,14 @@ class LargeWorker:
         self.slot.release()
         self.done()
 
-    async def inspect(self, body: bytes, dialect: str, tenant: str, with_digests: bool) -> Inspected:
+    async def inspect(
+        self, body: bytes, dialect: str, tenant: str, with_digests: bool, headers: list[tuple[bytes, bytes]]
+    ) -> Inspected:
         self.key = body_key(body)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, _inspect, body, dialect, tenant, with_digests)
+        # Only the header an agent marks its compaction request with crosses to the worker.
+        marks = [(k, v) for k, v in headers if k == b"x-codex-turn-metadata"]
+        return await loop.run_in_executor(self.pool, _inspect, body, dialect, tenant, with_digests, marks)
 
     async def apply(
         self,

@@ -24,7 +24,7 @@ from typing import Any
 from policies.handles import names_a_handle
 from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
-from proxy.agent_compaction import agent_compaction
+from proxy.agent_compaction import agent_compaction, passes_as_sent
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
@@ -202,10 +202,13 @@ class CompactingRoute:
         """The body parsed (a large one is left to a worker process, in ``compact``) and read
         by the dialect. An unreadable body goes as sent, never a 500: the upstream's own error
         answers it."""
-        if self.service.large.wants(draft.content):
+        large = self.service.large
+        if large.wants(draft.content):
             return True
         try:
             data, draft.lenient = parse_json(draft.content)
+            if large.wants_parsed(data):
+                return True  # a worker process reads it again, and compacts it
             data, restored = await draft.dialect.restore(draft.tenant, data)
             draft.parsed = draft.dialect.parse(data, draft.lenient)
         except (NestedTooDeep, *_UNREADABLE) as exc:
@@ -225,14 +228,12 @@ class CompactingRoute:
         if agent is None:
             return True
         neutral = parsed.neutral
-        budget = self.windows.window_for(neutral.get("model")) - max(1024, requested_answer_tokens(neutral))
-        fits = (draft.counter or self.counter).count_request(neutral).total <= budget
-        parsed.notes["agent_compaction"] = {
-            "agent": agent,
-            "action": "forwarded as sent" if fits else "compacted to fit the window",
-        }
-        if fits:
-            draft.skipped = f"{agent}'s own compaction request"
+        tokens = (draft.counter or self.counter).count_request(neutral).total
+        window = self.windows.window_for(neutral.get("model"))
+        reason, note = passes_as_sent(agent, tokens, window, requested_answer_tokens(neutral))
+        parsed.notes["agent_compaction"] = note
+        if reason:
+            draft.skipped = reason
         return True
 
     async def compact(self, draft: Draft) -> bool:

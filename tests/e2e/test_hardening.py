@@ -445,6 +445,29 @@ def test_large_bodies_are_compacted_off_the_event_loop(start_proxy: Any, upstrea
     assert upstream.requests[-1].json()["messages"][: len(first_view)] == first_view
 
 
+def test_a_large_agent_compaction_request_is_decided_as_a_small_one(
+    start_proxy: Any, upstream: FakeUpstream
+) -> None:
+    """An agent's own compaction request goes as sent when it fits, whatever its size: the
+    worker process recognizes it and the parent decides with the window (one rule; before, a
+    body over the limit got no such decision, no header and no note)."""
+    proxy = start_proxy({**CONFIG, "server": {"large_request_messages": 100}})
+    prompt = "Your task is to create a detailed summary of the conversation so far."
+    messages = [*history("ok", steps=60), {"role": "user", "content": prompt}]  # 123 messages
+    response = chat(proxy, messages, headers={"x-session-id": "agent-compacts"})
+    assert response.status_code == 200
+    assert response.headers["x-compaction-skipped"] == "claude-code's own compaction request"
+    assert upstream.requests[-1].json()["messages"] == messages  # as the agent sent it
+    time.sleep(0.3)  # the event is written once the response is out
+    events = httpx.get(
+        proxy.base_url + "/compaction/events", headers={"authorization": "Bearer sk-hardening-a"}
+    ).json()["data"]
+    assert events[-1]["dialect_notes"]["agent_compaction"] == {
+        "agent": "claude-code",
+        "action": "forwarded as sent",
+    }
+
+
 def test_large_malformed_or_hostile_bodies_get_the_same_answers(proxy: Any, upstream: FakeUpstream) -> None:
     many = b'{"model": "m", "messages": [' + b",".join([b'{"role": "user", "content": "a"}'] * 3000) + b"]"
     assert (
