@@ -69,6 +69,8 @@ class Draft:
     compacted: Compacted | None = None
     view: dict[str, Any] | None = None  # the view as the dialect's wire body
     loop: LoopPlan | None = None  # set when the read loop serves the request
+    # The body as the dialect's ``restore`` hook put it back (None: as the client sent it).
+    restored: dict[str, Any] | None = None
     # The request's counter: each message is counted once however often it is asked for.
     counter: TokenCounter | None = None
 
@@ -133,7 +135,7 @@ class CompactingRoute:
             if not await step(draft):
                 break
         # Released before the upstream wait: only what is sent is kept.
-        draft.data = draft.parsed = draft.compacted = draft.counter = None
+        draft.data = draft.parsed = draft.compacted = draft.counter = draft.restored = None
         view, draft.view = draft.view, None
         dialect, exchange = draft.dialect, draft.exchange
         headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), view)
@@ -215,6 +217,7 @@ class CompactingRoute:
             return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
         if restored:
             draft.parsed.notes["restored_read_rounds"] = restored
+            draft.restored = data
         draft.skipped = draft.parsed.skipped
         return True
 
@@ -283,6 +286,9 @@ class CompactingRoute:
         draft.view = compacted.view_body
         if draft.view is None and outcome.messages is not None and draft.parsed is not None:
             draft.view = draft.dialect.render(draft.parsed, outcome.messages, outcome.origin or ())
+        if draft.view is None and draft.restored is not None and draft.mode == "enforce":
+            # The policy changed nothing, but what the hook put back must reach the upstream.
+            draft.view = draft.restored
         return draft.view is not None
 
     async def plan(self, draft: Draft) -> bool:

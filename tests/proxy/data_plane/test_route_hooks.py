@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from proxy.sessions import tenant_of
 from tests.proxy.data_plane.harness import Reply, sse_reply
@@ -122,16 +121,6 @@ async def test_upstream_headers_are_added_to_the_bodies_the_proxy_writes_only(tm
     assert hooked.restored == [TENANT]  # mode off reads nothing
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "route.render returns False when the policy leaves the history unchanged, and handle() "
-        "then relays draft.content, the client's original bytes: what the dialect's restore() "
-        "put back (for the Anthropic door, the hidden read rounds of proxy/hidden_rounds.py) "
-        "never reaches the upstream, though Dialect.restore is 'the request as the upstream "
-        "must see it'"
-    ),
-)
 async def test_restored_rounds_reach_the_upstream_when_the_policy_changes_nothing(tmp_path: Path) -> None:
     hooked = HookedToy()
     hidden: list[dict[str, Any]] = [
