@@ -119,24 +119,23 @@ class Processes:
     def stop(self, pid: int) -> None:
         """SIGTERM one process this run started, by its PID (SIGKILL after 10 s)."""
         for proc in self.started:
-            if proc.pid == pid and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            if proc.pid == pid:
+                _terminate(proc)
 
     def stop_all(self) -> None:
         """SIGTERM each process by PID, newest first; SIGKILL what does not exit in 10 s."""
         for proc in reversed(self.started):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            _terminate(proc)
+
+
+def _terminate(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def tree_ticks(root: int) -> int:
