@@ -31,13 +31,12 @@ from replay.rows import iter_rows
 from tests.replay.question_runs import TASK, assistant, call, msg, result
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = Path("/work/shared/data/trajectories.jsonl")
-FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
+# The 68 sample trajectories, copied into the repository (tests read nothing outside it).
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"
 
 
 def _rows() -> list[dict[str, Any]]:
-    # The project's fixture rows always exist; the full sample when it sits beside the project.
-    return list(iter_rows(SAMPLE if SAMPLE.exists() else FIXTURE))
+    return list(iter_rows(SAMPLE))
 
 
 ROWS = _rows()

@@ -16,8 +16,8 @@ from replay.rows import iter_rows
 from tests.replay.question_runs import call, native_run
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = Path("/work/shared/data/trajectories.jsonl")
-FIXTURE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"
+# The 68 sample trajectories, copied into the repository (tests read nothing outside it).
+SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"
 
 
 def test_kinds_select_questions_and_unknown_kinds_are_rejected() -> None:
@@ -36,8 +36,7 @@ def test_kinds_select_questions_and_unknown_kinds_are_rejected() -> None:
 
 
 def _sample_path() -> Path:
-    # The project's fixture rows always exist; the full sample when it sits beside the project.
-    return SAMPLE if SAMPLE.exists() else FIXTURE
+    return SAMPLE
 
 
 def test_sweep_every_evidence_string_is_verbatim_in_the_history() -> None:
