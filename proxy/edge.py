@@ -149,9 +149,8 @@ class Edge:
         )
 
     def _observe(self, exchange: Exchange) -> None:
-        steps = [(f, f.finish) for f in self.finishers]
-        for step, call in steps:
-            self._safely(step, call, exchange)
+        for finisher in self.finishers:
+            self._safely(finisher, finisher.finish, exchange)
         exchange.seal()
         for observer in self.observers:
             self._safely(observer, observer.observe, exchange)

@@ -53,7 +53,8 @@ class Providers:
 
     def named(self, name: str) -> Provider:
         """The provider a door's row names (``openai`` or ``anthropic``)."""
-        return {"openai": self.openai, "anthropic": self.anthropic}[name]
+        provider: Provider = getattr(self, name)
+        return provider
 
     def for_request(self, raw_path: bytes, headers: Sequence[tuple[bytes, bytes]]) -> Provider:
         if any(raw_path == p or raw_path.startswith(p + b"/") for p in _ANTHROPIC_PATHS):

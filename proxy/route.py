@@ -62,8 +62,6 @@ class Draft:
     policy: Policy | None = None
     mode: str = "off"
     tenant: str = ""
-    data: Any = None  # the body as parsed, until the dialect reads it
-    lenient: bool = False
     parsed: Parsed | None = None
     skipped: str | None = None
     compacted: Compacted | None = None
@@ -135,7 +133,7 @@ class CompactingRoute:
             if not await step(draft):
                 break
         # Released before the upstream wait: only what is sent is kept.
-        draft.data = draft.parsed = draft.compacted = draft.counter = draft.restored = None
+        draft.parsed = draft.compacted = draft.counter = draft.restored = None
         view, draft.view = draft.view, None
         dialect, exchange = draft.dialect, draft.exchange
         headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), view)
@@ -208,11 +206,11 @@ class CompactingRoute:
         if large.wants(draft.content):
             return True
         try:
-            data, draft.lenient = parse_json(draft.content)
+            data, lenient = parse_json(draft.content)
             if large.wants_parsed(data):
                 return True  # a worker process reads it again, and compacts it
             data, restored = await draft.dialect.restore(draft.tenant, data)
-            draft.parsed = draft.dialect.parse(data, draft.lenient)
+            draft.parsed = draft.dialect.parse(data, lenient)
         except (NestedTooDeep, *_UNREADABLE) as exc:
             return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
         if restored:
