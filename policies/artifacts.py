@@ -29,6 +29,7 @@ from policies.conversation import Message, role
 from policies.handles import ARGUMENT_PREFIX, argument_placeholder, new_handle
 from policies.message_actions import call_action, text_actions
 from policies.shell_commands import HEREDOC
+from policies.tokens import json_text
 
 # A string argument at least this long is a body (the rest identifies the call and stays).
 MIN_BODY_CHARS = 200
@@ -85,7 +86,7 @@ def saved_text(tool: str, args: dict[str, Any]) -> str:
         if isinstance(value, str) and ("\n" in value or len(value) > _HEADER_CHARS):
             sections.append(f"--- {key} ---\n{value}")
         else:
-            shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+            shown = value if isinstance(value, str) else json_text(value)
             header.append(f"{key}={shown}")
     return "\n".join([f"{tool}({', '.join(header)})", *sections])
 
@@ -185,7 +186,7 @@ def _offload_call(call: Any, min_tokens: int, count: Callable[[str], int]) -> tu
         return None
     if not isinstance(parsed, dict):
         return None
-    rewritten = orjson.dumps(_replace_in(parsed, swaps)).decode()
+    rewritten = json_text(_replace_in(parsed, swaps))
     return {**call, "function": {**function, "arguments": rewritten}}, artifact
 
 

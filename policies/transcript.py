@@ -18,7 +18,6 @@ Pure and deterministic: the same messages give the same text, hence the same han
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from policies.artifacts import saved_text
 from policies.conversation import Message, message_text, parse, role
 from policies.handles import mention, new_handle
 from policies.ledger_records import TranscriptRecord
+from policies.tokens import json_text
 
 TRANSCRIPT_HEADER = "[Transcript saved by the context manager: the messages a summary replaced, verbatim]"
 
@@ -58,11 +58,7 @@ def _call_text(call: Any) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     call_id = call.get("id") if isinstance(call, dict) else None
     if not isinstance(function, dict):
-        try:
-            shown = orjson.dumps(call, default=str).decode()
-        except TypeError:  # an integer beyond 64 bits, as a junk call may hold
-            shown = json.dumps(call, default=str)
-        return f"--- call {call_id} ---\n{shown}"
+        return f"--- call {call_id} ---\n{json_text(call)}"
     name = str(function.get("name") or "?")
     arguments = function.get("arguments")
     parsed: Any = arguments
@@ -76,7 +72,7 @@ def _call_text(call: Any) -> str:
     elif isinstance(parsed, str):
         body = f"{name}:\n{parsed}" if "\n" in parsed else f"{name}({parsed})"
     else:
-        body = f"{name}({orjson.dumps(parsed, default=str).decode()})"
+        body = f"{name}({json_text(parsed)})"
     return f"--- call {call_id} ---\n{body}"
 
 

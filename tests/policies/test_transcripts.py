@@ -309,3 +309,21 @@ def test_the_ledger_lists_the_oldest_and_newest_transcripts_when_there_are_very_
     handles = [h for line in lines for h in PATTERN.findall(line)]
     assert handles[0] == records[0].handle and handles[-1] == records[-1].handle
     assert len(handles) == 100 and any(re.search(r"\.\.\. 30 more", line) for line in lines)
+
+
+def test_a_call_holding_an_integer_past_64_bits_is_written_into_the_transcript() -> None:
+    # A body only Python's lenient parser reads keeps such integers; a transcript (and the
+    # readable call text) must still be written, as Python's JSON writes them.
+    big = 2**70
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"n": big}}},
+        {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": [big]}},
+        {"id": "c3", "type": "weird", "value": big},
+    ]
+    messages = [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
+    transcript = build_transcript(messages, [0, 1])
+    assert transcript is not None
+    assert transcript.text.count(str(big)) == 3
