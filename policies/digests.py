@@ -8,6 +8,7 @@ request of a session only digests its new messages.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Sequence
@@ -45,8 +46,47 @@ class Digests:
         self._young: dict[tuple[object, ...], tuple[str, str]] = {}
         self._old: dict[tuple[object, ...], tuple[str, str]] = {}
         self._young_chars = 0
+        # Only in a memo for one request (``for_request``): message id -> (message, digest),
+        # and the memo its misses go to (which owns the generations).
+        self._ids: dict[int, tuple[object, str]] | None = None
+        self._base: Digests = self
+
+    def for_request(self) -> Digests:
+        """This memo for one request: a request digests the same message objects more than
+        once (to find its session, then to re-apply the session's decisions), and each digest
+        after the first is one lookup by identity. Drop it with the request."""
+        scoped = copy.copy(self)
+        scoped._ids = {}
+        scoped._base = self
+        return scoped
+
+    def remember(self, message: Message, digest: str) -> None:
+        """Take ``digest`` as the digest of ``message`` in this request (a memo from
+        ``for_request``): the caller knows it from an equal message digested before."""
+        if self._ids is not None:
+            self._ids[id(message)] = (message, digest)
+
+    def known(self, messages: Sequence[Message]) -> tuple[str | None, ...]:
+        """The digest this request took of each of ``messages``, None where it took none."""
+        ids = self._ids or {}
+        found: list[str | None] = []
+        for message in messages:
+            entry = ids.get(id(message))
+            found.append(entry[1] if entry is not None and entry[0] is message else None)
+        return tuple(found)
 
     def message(self, message: Message) -> str:
+        ids = self._ids
+        if ids is None:
+            return self._digest(message)
+        found = ids.get(id(message))
+        if found is not None and found[0] is message:
+            return found[1]
+        digest = self._base._digest(message)
+        ids[id(message)] = (message, digest)
+        return digest
+
+    def _digest(self, message: Message) -> str:
         if not isinstance(message, dict):
             return _full_digest(message)
         content = message.get("content")

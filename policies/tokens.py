@@ -201,6 +201,12 @@ class TokenCounter:
         scoped._messages = {}
         return scoped
 
+    def remember(self, message: object, encoding: str, tokens: int) -> None:
+        """Take ``tokens`` as the count of ``message`` in this request (a counter from
+        ``for_request``): the caller knows it from an equal message counted before."""
+        if self._messages is not None:
+            self._messages[id(message)] = (message, encoding, tokens)
+
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
         """Load encodings now (about 0.3 s each) instead of on first use; by default the
         default encoding only, since each one costs memory (o200k about 50 MB)."""

@@ -161,6 +161,7 @@ class AppParts:
             large=large,
             record_skipped=settings.events.record_skipped,
             max_sessions=settings.sessions.max_sessions,
+            known_prefix_tokens=settings.sessions.known_prefix_tokens,
             injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
         )
         policies = build_policies(policy_specs(settings))

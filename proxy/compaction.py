@@ -21,6 +21,7 @@ from policies.tokens import TokenCounter
 from proxy.agent_compaction import passes_as_sent
 from proxy.errors import ProxyError
 from proxy.forwarding import header_value
+from proxy.known_prefix import KnownPrefixes
 from proxy.large_requests import LargeRequests, LargeWorker
 from proxy.metrics import Metrics
 from proxy.session_index import BranchIndex, Resolution
@@ -75,6 +76,7 @@ class CompactionService:
         record_skipped: bool,
         max_sessions: int,
         injected_tokens: Callable[[str], int],
+        known_prefix_tokens: int = 8 * 1024 * 1024,
     ) -> None:
         """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
         output (the read tool's schema), kept free by the token safeguard."""
@@ -89,6 +91,7 @@ class CompactionService:
         self.injected_tokens = injected_tokens
         self.branches = BranchIndex(max_sessions)
         self.digests = Digests(counter=counter)
+        self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
         self.background: set[asyncio.Task[None]] = set()
 
     def named(self, policy: Policy) -> bool:
@@ -125,11 +128,15 @@ class CompactionService:
         effective = without_stages(policy) if skipped else policy
         messages = neutral["messages"]
         resolution = None
+        digests = self.digests.for_request()
         if self.named(effective):
             explicit = header_value(headers, b"x-session-id")
-            digests = [] if explicit else [self.digests.message(m) for m in messages]
+            root = root_session(neutral, tenant)
+            # The conversation's last request: its known prefix is neither counted nor digested again.
+            known_key = f"{tenant}\x1f{explicit.decode('latin-1')}" if explicit else root
+            adopted = self.known.adopt(known_key, messages, encoding, counter, digests)
             resolution = await self.session_of(
-                headers, root_session(neutral, tenant), tenant, policy.name, digests
+                headers, root, tenant, policy.name, [] if explicit else [digests.message(m) for m in messages]
             )
         session = resolution.session + ":" + policy.name if resolution else ""
         window = self.windows.window_for(neutral.get("model"))
@@ -142,7 +149,7 @@ class CompactionService:
                 window=window,
                 checkpoint=checkpoint,
                 summarizer=summarizer,
-                digests=self.digests,
+                digests=digests,
                 injected_tokens=injected,
             )
 
@@ -156,6 +163,8 @@ class CompactionService:
         compacted.outcome = await self._apply(
             effective, headers, tenant, session, resolution, compacted, compute, client_origin
         )
+        if resolution is not None:
+            self.known.keep(known_key, messages, adopted, encoding, counter, digests)
         return compacted
 
     async def compact_large(

@@ -50,9 +50,12 @@ def is_probe_call(message: dict[Any, Any]) -> bool:
     )
 
 
+@pytest.mark.parametrize(("known_prefix_tokens", "kept"), [(0, 0), (8 * 1024 * 1024, 50)])
 async def test_the_client_body_and_its_parsed_copy_are_not_held_during_the_upstream_wait(
-    tmp_path: Path,
+    tmp_path: Path, known_prefix_tokens: int, kept: int
 ) -> None:
+    """Nothing of the request but the view, and the conversation's known prefix when it is on:
+    one copy of each message (the first parse, whose texts the count cache holds anyway)."""
     size = len(client_body())
     seen: dict[str, Any] = {}
 
@@ -75,7 +78,12 @@ async def test_the_client_body_and_its_parsed_copy_are_not_held_during_the_upstr
 
     settings = load_settings(
         env={},
-        overrides={"state_dir": str(tmp_path), "policy": "n_latest_10", "upstream.http_client": "httpx"},
+        overrides={
+            "state_dir": str(tmp_path),
+            "policy": "n_latest_10",
+            "upstream.http_client": "httpx",
+            "sessions.known_prefix_tokens": known_prefix_tokens,
+        },
     )
     app = create_app(settings, transport=httpx.MockTransport(upstream))
 
@@ -89,7 +97,7 @@ async def test_the_client_body_and_its_parsed_copy_are_not_held_during_the_upstr
     assert response.status_code == 200
     assert seen["sent"] < size / 2  # the view went out
     assert seen["bytes"] == []
-    assert seen["messages"] == 0
+    assert seen["messages"] == kept
 
 
 async def test_the_sent_body_is_not_kept_with_the_upstream_response() -> None:
