@@ -176,11 +176,15 @@ class CompactionService:
         tenant: str,
         headers: Headers,
         client_origin: Origin | None = None,
+        restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
     ) -> Compacted:
-        """A large body: read, counted and compacted in a worker process (held for both phases:
-        it keeps the parsed body between them)."""
+        """A large body: read, counted and compacted in a worker process (held for every phase:
+        it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
+        ``restore`` hook puts back, when it could put anything back (it holds the state)."""
         async with self.large.worker() as worker:
-            return await self._compact_in(worker, body, dialect, policy, tenant, headers, client_origin)
+            return await self._compact_in(
+                worker, body, dialect, policy, tenant, headers, client_origin, restore
+            )
 
     async def _compact_in(
         self,
@@ -191,10 +195,16 @@ class CompactionService:
         tenant: str,
         headers: Headers,
         client_origin: Origin | None,
+        restore: Callable[[list[Any]], Awaitable[Any]] | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
-            body, dialect, tenant, with_digests=self.named(policy) and not explicit, headers=headers
+            body,
+            dialect,
+            tenant,
+            with_digests=self.named(policy) and not explicit,
+            headers=headers,
+            restore=restore,
         )
         if inspected.error is not None:
             status, message, param = inspected.error

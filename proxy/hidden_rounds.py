@@ -96,25 +96,59 @@ class HiddenRounds:
         self._remember(_key(tenant, call_id), messages, len(stored.content))
         return messages
 
+    def active(self) -> bool:
+        """Whether a body could have anything to restore (nothing kept here or in a store)."""
+        return bool(self._kept) or self.shared
+
+    async def lookup(self, tenant: str, wanted: list[tuple[str, bool]]) -> dict[str, list[Any]]:
+        """The kept rounds of each ``(call id, from the store too)`` that has some."""
+        found: dict[str, list[Any]] = {}
+        for call_id, from_store in wanted:
+            rounds = await self._lookup(tenant, call_id, from_store)
+            if rounds is not None:
+                found[call_id] = rounds
+        return found
+
     async def restore(self, tenant: str, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """``body`` with every echoed answer of a read loop replaced by its rounds and the answer
         as written; how many were restored."""
-        wire = body.get("messages")
-        if not isinstance(wire, list) or (not self._kept and not self.shared):
+        if not self.active():
             return body, 0
-        last = max(
-            (i for i, m in enumerate(wire) if isinstance(m, dict) and m.get("role") == "assistant"),
-            default=-1,
-        )
-        restored: list[Any] = []
-        count = 0
-        for index, message in enumerate(wire):
-            call_id = first_call_id(message.get("content")) if isinstance(message, dict) else None
-            if message is not None and call_id is not None and message.get("role") == "assistant":
-                rounds = await self._lookup(tenant, call_id, from_store=index == last)
-                if rounds is not None:
-                    restored.extend(rounds)
-                    count += 1
-                    continue
-            restored.append(message)
-        return ({**body, "messages": restored}, count) if count else (body, 0)
+        wanted = echoed_answers(body)
+        if not wanted:
+            return body, 0
+        return splice_rounds(body, await self.lookup(tenant, wanted))
+
+
+def echoed_answers(body: Any) -> list[tuple[str, bool]]:
+    """The first tool_use id of each assistant message of ``body``, and whether to look in the
+    store for it too (the last assistant message only: an answer another process wrote)."""
+    wire = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(wire, list):
+        return []
+    found: list[tuple[str, bool]] = []
+    for message in wire:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            call_id = first_call_id(message.get("content"))
+            found.append((call_id or "", False))
+    if found:
+        found[-1] = (found[-1][0], True)
+    return [(call_id, from_store) for call_id, from_store in found if call_id]
+
+
+def splice_rounds(body: dict[str, Any], found: dict[str, list[Any]]) -> tuple[dict[str, Any], int]:
+    """``body`` with each assistant message whose first tool_use id is in ``found`` replaced by
+    those messages (the rounds and the answer as written); how many were replaced."""
+    if not found:
+        return body, 0
+    restored: list[Any] = []
+    count = 0
+    for message in body["messages"]:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            rounds = found.get(first_call_id(message.get("content")) or "")
+            if rounds is not None:
+                restored.extend(rounds)
+                count += 1
+                continue
+        restored.append(message)
+    return ({**body, "messages": restored}, count) if count else (body, 0)

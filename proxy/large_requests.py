@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,17 +128,33 @@ class _Worker:
                 settings.summarizer, base_url=settings.upstream.base_url, api_key=settings.upstream.api_key
             )
         self._parsed: tuple[bytes, Parsed] | None = None
+        self._read: tuple[bytes, Any, bool] | None = None
         self.trim = malloc_trim()
 
     def forget(self) -> None:
-        self._parsed = None
+        self._parsed = self._read = None
 
-    def parse(self, body: bytes, dialect: str) -> Parsed:
-        """Read the body with its dialect (a ``ProxyError`` for one it cannot read)."""
+    def read(self, body: bytes, dialect: str) -> list[Any]:
+        """Parse the body's JSON (kept for ``parse``) and say what the dialect's ``restore``
+        would look up for it, which the parent, holding that state, finds."""
         self._parsed = None
         data, lenient = parse_json(body)
-        parsed = self.dialects[dialect].parse(data, lenient)
-        self._parsed = (body_key(body), parsed)
+        self._read = (body_key(body), data, lenient)
+        return self.dialects[dialect].restore_wanted(data)
+
+    def parse(self, body: bytes, dialect: str, found: Any = None) -> Parsed:
+        """Read the body with its dialect (a ``ProxyError`` for one it cannot read), with what
+        the parent found for ``read``'s question put back."""
+        self._parsed = None
+        key = body_key(body)
+        read, self._read = self._read, None
+        data, lenient = (read[1], read[2]) if read is not None and read[0] == key else parse_json(body)
+        adapter = self.dialects[dialect]
+        data, restored = adapter.restore_splice(data, found) if found else (data, 0)
+        parsed = adapter.parse(data, lenient)
+        if restored:
+            parsed.notes["restored_read_rounds"] = restored
+        self._parsed = (key, parsed)
         self.dialect = dialect
         return parsed
 
@@ -157,15 +173,31 @@ def _init(settings_json: bytes) -> None:
     _worker = _Worker(msgspec.json.decode(settings_json, type=Settings))
 
 
+def _read(body: bytes, dialect: str) -> list[Any] | Inspected:
+    """Phase zero, when the parent holds something the dialect's ``restore`` could put back:
+    the JSON read (kept for phase one), and what to look up."""
+    assert _worker is not None
+    try:
+        return _worker.read(body, dialect)
+    except ProxyError as error:
+        return Inspected(error=(error.status, error.message, error.param))
+
+
 def _inspect(
-    body: bytes, dialect: str, tenant: str, with_digests: bool, headers: list[tuple[bytes, bytes]]
+    body: bytes,
+    dialect: str,
+    tenant: str,
+    with_digests: bool,
+    headers: list[tuple[bytes, bytes]],
+    found: Any = None,
 ) -> Inspected:
-    """Phase one: read (kept for phase two, which runs in this same process), check, digest."""
+    """Phase one: read (kept for phase two, which runs in this same process) with ``found`` put
+    back, check, digest."""
     from proxy.sessions import root_session
 
     assert _worker is not None
     try:
-        parsed = _worker.parse(body, dialect)
+        parsed = _worker.parse(body, dialect, found)
     except ProxyError as error:
         return Inspected(error=(error.status, error.message, error.param))
     neutral = parsed.neutral
@@ -218,6 +250,9 @@ def _apply(
     view = None
     if outcome.messages is not None and outcome.origin is not None:
         view = dump_json(_worker.dialects[_worker.dialect].render(parsed, outcome.messages, outcome.origin))
+    elif parsed.notes.get("restored_read_rounds"):
+        # The policy changed nothing, but what was put back must reach the upstream.
+        view = dump_json(parsed.body)
     # The body is done with: its parsed copy goes, and the heap's free pages go back to the OS.
     _worker.forget()
     computed = Computed(
@@ -322,13 +357,29 @@ class LargeWorker:
         self.done()
 
     async def inspect(
-        self, body: bytes, dialect: str, tenant: str, with_digests: bool, headers: list[tuple[bytes, bytes]]
+        self,
+        body: bytes,
+        dialect: str,
+        tenant: str,
+        with_digests: bool,
+        headers: list[tuple[bytes, bytes]],
+        restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
     ) -> Inspected:
+        """Phase one; with ``restore`` (the dialect's lookup, in this process), a phase zero
+        first asks the worker what to look up, and what is found goes with phase one."""
         self.key = body_key(body)
         loop = asyncio.get_running_loop()
+        found = None
+        if restore is not None:
+            wanted = await loop.run_in_executor(self.pool, _read, body, dialect)
+            if isinstance(wanted, Inspected):
+                return wanted
+            found = await restore(wanted) if wanted else None
         # Only the header an agent marks its compaction request with crosses to the worker.
         marks = [(k, v) for k, v in headers if k == b"x-codex-turn-metadata"]
-        return await loop.run_in_executor(self.pool, _inspect, body, dialect, tenant, with_digests, marks)
+        return await loop.run_in_executor(
+            self.pool, _inspect, body, dialect, tenant, with_digests, marks, found
+        )
 
     async def apply(
         self,

@@ -253,6 +253,7 @@ class CompactingRoute:
                     tenant=draft.tenant,
                     headers=draft.headers,
                     client_origin=origin,
+                    restore=self._restore_lookup(draft),
                 )
             except (NestedTooDeep, *_UNREADABLE) as exc:
                 return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
@@ -275,6 +276,18 @@ class CompactingRoute:
             exchange.token_factor = self.windows.factors.factor(exchange.model)
             exchange.head_limit = HEAD_LIMIT
         return True
+
+    @staticmethod
+    def _restore_lookup(draft: Draft) -> Callable[[list[Any]], Awaitable[Any]] | None:
+        """The dialect's lookup for a worker that reads a large body, if it could find anything."""
+        dialect, tenant = draft.dialect, draft.tenant
+        if not dialect.restores():
+            return None
+
+        async def lookup(wanted: list[Any]) -> Any:
+            return await dialect.restore_found(tenant, wanted)
+
+        return lookup
 
     async def render(self, draft: Draft) -> bool:
         """The view as the dialect's wire body (a worker process rendered a large one)."""

@@ -35,7 +35,7 @@ from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
 from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed
 from proxy.errors import ProxyError
-from proxy.hidden_rounds import HiddenRounds
+from proxy.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
 from proxy.read_tool import TOOL_NAME, tool_schema
 from proxy.response_writer import ResponseWriter
 from proxy.shadow import FINAL_ANSWER, decision_signature
@@ -165,10 +165,19 @@ class AnthropicDialect(BaseDialect):
     def upstream_headers(self, headers: Headers, body: dict[str, Any] | None) -> Headers:
         return binding_headers(headers, body) if body is not None else headers
 
-    async def restore(self, tenant: str, data: Any) -> tuple[Any, int]:
-        if self.hidden is None or not isinstance(data, dict):
+    def restores(self) -> bool:
+        return self.hidden is not None and self.hidden.active()
+
+    def restore_wanted(self, data: Any) -> list[Any]:
+        return list(echoed_answers(data))
+
+    async def restore_found(self, tenant: str, wanted: list[Any]) -> Any:
+        return await self.hidden.lookup(tenant, wanted) if self.hidden is not None else {}
+
+    def restore_splice(self, data: Any, found: Any) -> tuple[Any, int]:
+        if not isinstance(data, dict) or not found:
             return data, 0
-        return await self.hidden.restore(tenant, data)
+        return splice_rounds(data, found)
 
     def read_loop_start(self, body: dict[str, Any]) -> Any:
         return len(body.get("messages") or [])

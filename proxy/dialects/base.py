@@ -166,6 +166,23 @@ class Dialect(Protocol):
         client never saw put back where they happened), and how many were restored."""
         ...
 
+    def restores(self) -> bool:
+        """Whether ``restore`` could change a body now (a worker process that reads a large
+        body asks the parent, which holds the state, only then)."""
+        ...
+
+    def restore_wanted(self, data: Any) -> list[Any]:
+        """What ``restore`` would look up for ``data`` (pure: it runs where the body is read)."""
+        ...
+
+    async def restore_found(self, tenant: str, wanted: list[Any]) -> Any:
+        """What was found for ``wanted`` (in the process that holds the state)."""
+        ...
+
+    def restore_splice(self, data: Any, found: Any) -> tuple[Any, int]:
+        """``data`` with ``found`` put back, and how many were (pure)."""
+        ...
+
     def read_loop_start(self, body: dict[str, Any]) -> Any:
         """What the dialect remembers of a read loop's first body for ``read_loop_end``."""
         ...
@@ -258,6 +275,23 @@ class BaseDialect:
         return headers
 
     async def restore(self, tenant: str, data: Any) -> tuple[Any, int]:
+        if not self.restores():
+            return data, 0
+        wanted = self.restore_wanted(data)
+        if not wanted:
+            return data, 0
+        return self.restore_splice(data, await self.restore_found(tenant, wanted))
+
+    def restores(self) -> bool:
+        return False
+
+    def restore_wanted(self, data: Any) -> list[Any]:
+        return []
+
+    async def restore_found(self, tenant: str, wanted: list[Any]) -> Any:
+        return None
+
+    def restore_splice(self, data: Any, found: Any) -> tuple[Any, int]:
         return data, 0
 
     def read_loop_start(self, body: dict[str, Any]) -> Any:

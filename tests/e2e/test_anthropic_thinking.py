@@ -31,10 +31,14 @@ def post(proxy: Any, body: dict[str, Any], **headers: str) -> httpx.Response:
     return httpx.post(proxy.url + "/v1/messages", json=body, headers={"x-api-key": KEY, **headers})
 
 
+@pytest.mark.parametrize("echo_is_large", [False, True])
 def test_the_rounds_a_client_never_saw_come_back_when_it_echoes_the_answer(
-    start_proxy: Any, upstream: FakeUpstream
+    start_proxy: Any, upstream: FakeUpstream, echo_is_large: bool
 ) -> None:
-    proxy = start_proxy(CONFIG)
+    """Whatever the echoing request's size: a large one (here: more messages than the limit) is
+    read by a worker process, which asks this process for the rounds it keeps."""
+    # history() holds 21 messages and the echo 23: over 22, only the echo is large.
+    proxy = start_proxy({**CONFIG, "server": {"large_request_messages": 22}} if echo_is_large else CONFIG)
     call = {
         "type": "tool_use",
         "id": "toolu_next",
@@ -77,7 +81,9 @@ def test_the_rounds_a_client_never_saw_come_back_when_it_echoes_the_answer(
     assert tail[2] == {"role": "assistant", "content": final}
     assert tail[3] == {"role": "user", "content": [result]}
     events = recorded_events(proxy, 2)
-    assert any((e.get("dialect_notes") or {}).get("restored_read_rounds") == 1 for e in events)
+    restored = [e for e in events if (e.get("dialect_notes") or {}).get("restored_read_rounds") == 1]
+    assert len(restored) == 1
+    assert bool((restored[0].get("details") or {}).get("large_request")) == echo_is_large
 
 
 def test_bound_thinking_models_get_stale_blocks_dropped_not_refused(
