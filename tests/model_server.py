@@ -89,15 +89,42 @@ class ModelServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"model server exited: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(self.death())
             try:
                 if httpx.get(self.base_url + "/models", timeout=2, trust_env=False).status_code == 200:
+                    self._answer_once()
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError("model server did not become ready")
+
+    def _answer_once(self) -> None:
+        """Ready means it answers: a build for another CPU loads the model and then dies at the
+        first inference (an illegal instruction), which must fail here, with its log."""
+        try:
+            response = httpx.post(
+                self.base_url + "/chat/completions",
+                json={"model": MODEL_ALIAS, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1},
+                timeout=120,
+                trust_env=False,
+            )
+        except httpx.HTTPError as exc:
+            self.stop()
+            raise RuntimeError(f"model server failed its first answer ({exc!r}); {self.death()}") from exc
+        if response.status_code != 200:
+            self.stop()
+            raise RuntimeError(f"model server answered {response.status_code}: {response.text[:500]}")
+
+    def death(self) -> str:
+        """Why the server is gone: its exit status (a negative one is the signal) and its log."""
+        code = self.process.poll() if self.process is not None else None
+        log = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        return f"model server exit status {code}; its log ends:\n{log}"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def tokens(self, text: str) -> int:
         """The server's own token count of a text (its tokenizer, not ours)."""

@@ -48,6 +48,17 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def model_stays_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that killed the model server (or saw it die) says so, with its log: the tests
+    after it would otherwise fail on a refused connection with nothing to go on."""
+    yield
+    if "model" in request.fixturenames:
+        server: ModelServer = request.getfixturevalue("model")
+        if not server.alive():
+            pytest.fail(server.death())
+
+
 @pytest.fixture
 def model_proxy(model: ModelServer, tmp_path: Path) -> Iterator[Any]:
     started: list[ProxyProcess] = []
