@@ -169,15 +169,13 @@ class AnthropicDialect(BaseDialect):
         return self.hidden is not None and self.hidden.active()
 
     def restore_wanted(self, data: Any) -> list[Any]:
-        return list(echoed_answers(data))
+        return echoed_answers(data)
 
     async def restore_found(self, tenant: str, wanted: list[Any]) -> Any:
         return await self.hidden.lookup(tenant, wanted) if self.hidden is not None else {}
 
     def restore_splice(self, data: Any, found: Any) -> tuple[Any, int]:
-        if not isinstance(data, dict) or not found:
-            return data, 0
-        return splice_rounds(data, found)
+        return splice_rounds(data, found) if isinstance(data, dict) else (data, 0)
 
     def read_loop_start(self, body: dict[str, Any]) -> Any:
         return len(body.get("messages") or [])
