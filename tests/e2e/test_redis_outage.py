@@ -65,6 +65,22 @@ def chat(proxy: Any, messages: list[Any], session: str) -> tuple[Any, float]:
     return raw, time.monotonic() - started
 
 
+def session_events(proxy: Any, session: str, at_least: int) -> list[Any]:
+    """The session's events once ``at_least`` are stored: events are written in the background
+    after the answer, so the last request's may land a moment after its response."""
+    deadline = time.monotonic() + 10
+    while True:
+        events: list[Any] = httpx.get(
+            proxy.base_url + "/compaction/events",
+            params={"session": session},
+            headers={"authorization": f"Bearer {KEY}"},
+            timeout=10,
+        ).json()["data"]
+        if len(events) >= at_least or time.monotonic() > deadline:
+            return events
+        time.sleep(0.1)
+
+
 def longer(messages: list[Any], turn: int) -> list[Any]:
     step = {"role": "assistant", "content": f"Step {turn}."}
     return [*messages, step, {"role": "user", "content": "Go on."}]
@@ -86,6 +102,8 @@ def test_requests_go_on_while_redis_is_away_and_stored_work_is_back_after(
     assert raw.headers["x-compaction-trigger"] == "threshold"
     handles = HANDLE.findall(upstream.requests[-1].body.decode())
     assert handles
+    # Recorded before the outage: the event is written in the background after the answer.
+    assert session_events(proxy, "run-1", at_least=1)
 
     # Gone (connection refused): answered at once, the client's own messages sent upstream.
     redis.stop()
@@ -121,10 +139,5 @@ def test_requests_go_on_while_redis_is_away_and_stored_work_is_back_after(
     assert "SECRET-LINE-42 ALPHA: value=1234" in last_tool_result(upstream.requests[-1])
     # The session's checkpoint from before the outage applies again: compacted.
     assert int(raw.headers["x-compaction-tokens-after"]) < int(raw.headers["x-compaction-tokens-before"]) / 2
-    events = httpx.get(
-        proxy.base_url + "/compaction/events",
-        params={"session": "run-1"},
-        headers={"authorization": f"Bearer {KEY}"},
-        timeout=10,
-    ).json()["data"]
+    events = session_events(proxy, "run-1", at_least=2)
     assert len(events) >= 2 and any(set(handles) <= set(e.get("handles_offloaded", [])) for e in events)
