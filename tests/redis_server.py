@@ -3,21 +3,20 @@ the shared one of the Redis suite, and the ones the outage tests stop and start 
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 from tests.fake_upstream import free_port
+from tests.needs import service_binary
 
 
 def start(port: int, directory: Path, *, persistent: bool = False) -> subprocess.Popen[bytes]:
     """Start redis-server on ``127.0.0.1:port`` with its files in ``directory`` and wait until
     it answers ``PING``. ``persistent``: an append-only file synced on every write, so what
     was stored survives a restart on the same directory."""
-    binary = shutil.which("redis-server")
-    assert binary, "Debian's redis-server is required: apt-get install -y redis-server (.ci/run does it)"
+    binary = service_binary("redis-server")
     persistence = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else ["--appendonly", "no"]
     process = subprocess.Popen(
         [

@@ -14,7 +14,6 @@ thinking-signature checks, Anthropic's streams and failures).
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from tests.anthropic_upstream import DONE_PREFIX, AnthropicUpstream, Failure
 from tests.e2e.clients import anthropic_sdk_loop as sdk
 from tests.e2e.clients.claude_code import API_KEY as CLAUDE_KEY
 from tests.e2e.clients.claude_code import claude_binary, claude_run
+from tests.needs import agent_cli_unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -186,9 +186,7 @@ CLAUDE_STEPS = 12
 def claude() -> Path:
     binary = claude_binary()
     if binary is None:
-        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
-            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
-        pytest.skip("npm is not installed: Claude Code (@anthropic-ai/claude-code) cannot be installed")
+        agent_cli_unavailable("Claude Code", "@anthropic-ai/claude-code")
     return binary
 
 

@@ -11,7 +11,6 @@ key. Skipped without npm, unless ``CPX_REQUIRE_CLIENTS=1`` makes that a failure.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from tests.anthropic_upstream import DONE_PREFIX, AnthropicUpstream, Failure, step_output
 from tests.e2e.clients.anthropic_fake_helpers import CONTEXT_ERROR, started_fakes
 from tests.e2e.clients.claude_code import ClaudeRun, claude_binary, claude_run
+from tests.needs import agent_cli_unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -35,11 +35,7 @@ def fake() -> Iterator[Callable[..., AnthropicUpstream]]:
 def claude() -> Path:
     binary = claude_binary()
     if binary is None:
-        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
-            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
-        pytest.skip(
-            "npm is not installed: Claude Code (@anthropic-ai/claude-code from npm) cannot be installed"
-        )
+        agent_cli_unavailable("Claude Code", "@anthropic-ai/claude-code")
     return binary
 
 

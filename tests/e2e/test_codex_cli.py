@@ -14,7 +14,6 @@ with an error.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from tests.e2e.clients.responses.runs import (
     started_upstreams,
     task,
 )
+from tests.needs import agent_cli_unavailable
 from tests.responses_upstream import DONE_PREFIX, STEP_MARK, Failure, ResponsesUpstream
 
 pytestmark = [pytest.mark.e2e]
@@ -63,9 +63,7 @@ def responses_upstream() -> Iterator[Callable[..., ResponsesUpstream]]:
 def codex() -> Path:
     binary = codex_binary()
     if binary is None:
-        if os.environ.get("CPX_REQUIRE_CLIENTS") == "1":
-            pytest.fail("npm is required here (CPX_REQUIRE_CLIENTS=1): the agent CLIs install from npm")
-        pytest.skip("npm is not installed: Codex CLI (@openai/codex from npm) cannot be installed")
+        agent_cli_unavailable("Codex CLI", "@openai/codex")
     return binary
 
 

@@ -3,7 +3,6 @@ the expected series arrive with the expected values, read through Prometheus' qu
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,14 +14,14 @@ import pytest
 
 from tests.e2e.test_read_tool_output import history
 from tests.fake_upstream import FakeUpstream, free_port
+from tests.needs import service_binary
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Any]:
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus is required: apt-get install -y prometheus (.ci/run does it)"
+    binary = service_binary("prometheus")
     started: list[subprocess.Popen[bytes]] = []
 
     def start(target_port: int) -> str:

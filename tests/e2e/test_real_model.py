@@ -9,7 +9,6 @@ configured window is in the proxy's tokens, with room for another tokenizer.
 from __future__ import annotations
 
 import base64
-import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from replay.rows import iter_rows
 from tests.conftest import ROOT, ProxyProcess
 from tests.fake_upstream import free_port
 from tests.model_server import MODEL_ALIAS, ModelServer, unavailable_reason
+from tests.needs import model_unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
@@ -40,9 +40,7 @@ PROXY_WINDOW = 6000
 def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     reason = unavailable_reason()
     if reason:
-        if os.environ.get("CPX_REQUIRE_MODEL") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        model_unavailable(reason)
     server = ModelServer(free_port(), tmp_path_factory.mktemp("model") / "server.log").start()
     yield server
     server.stop()

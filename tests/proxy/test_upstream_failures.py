@@ -6,7 +6,6 @@ no key (the client's or the configured one) reaches either."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import ssl
 import subprocess
@@ -25,6 +24,7 @@ from proxy.settings import load_settings
 from proxy.upstream import stream_failure, upstream_failure
 from proxy.upstream_errors import describe, origin
 from tests.fake_upstream import free_port
+from tests.needs import service_binary
 
 CLIENT_KEY = "sk-client-7f3a9c2e5b1d4f60"
 CONFIG_KEY = "sk-config-0d8e6b4a2c9f1e37"
@@ -223,9 +223,7 @@ async def test_dns(tmp_path: Path, http_client: str, offline_dns: None) -> None:
 
 def self_signed(directory: Path) -> ssl.SSLContext:
     """A server context with a throwaway self-signed certificate (made by the openssl CLI)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is needed to make a throwaway certificate")
+    openssl = service_binary("openssl")  # makes a throwaway certificate
     cert, key = directory / "cert.pem", directory / "key.pem"
     arguments = f"req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout {key} -out {cert}"
     subprocess.run([openssl, *arguments.split()], check=True, capture_output=True, timeout=60)
