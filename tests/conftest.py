@@ -12,12 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from replay.proxy_process import ProxyProcess as ChildProxy
 from tests import redis_server
 from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests draw the same examples on every run and every machine ("fixed": seeded from
+# each test function, no example database), so a submission cannot turn red by the luck of
+# its draw or by a database left on a machine. "explore" draws afresh each run: .ci/nightly
+# runs the property suites that way, with its seed printed so any find can be replayed.
+hypothesis_settings.register_profile("fixed", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 
