@@ -44,6 +44,7 @@ DEFAULT_MODEL_ENCODINGS: dict[str, str] = {
     "o1*": "o200k_base",
     "o3*": "o200k_base",
     "o4*": "o200k_base",
+    "codex-mini*": "o200k_base",
     "gpt-4*": "cl100k_base",
     "gpt-3.5*": "cl100k_base",
     "text-embedding-3*": "cl100k_base",

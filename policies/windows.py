@@ -12,6 +12,7 @@ DEFAULT_CONTEXT_WINDOWS: dict[str, int] = {
     "o1*": 200_000,
     "o3*": 200_000,
     "o4*": 200_000,
+    "codex-mini*": 200_000,
     "gpt-4-turbo*": 128_000,
     "gpt-4*": 8_192,
     "gpt-3.5-turbo*": 16_385,
@@ -37,6 +38,10 @@ class ContextWindows:
         self._memo: dict[str, int] = {}
         self._on_default = on_default
         self._told = 0
+
+    def covers(self, model: str) -> bool:
+        """Whether a pattern of the table (not ``default``) matches ``model``."""
+        return any(fnmatch.fnmatchcase(model, pattern) for pattern, _ in self._patterns)
 
     def window_for(self, model: object) -> int:
         if not isinstance(model, str):

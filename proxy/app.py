@@ -148,7 +148,7 @@ class AppParts:
             calibrate=settings.tokens.calibrate,
             path=Path(settings.state_dir) / "token_factors.json",
         )
-        windows = make_windows(settings, factors, log)
+        windows = make_windows(settings, factors, log, metrics)
         large = LargeRequests(settings)
         read_schema = tool_schema(settings.read_tool.max_lines)
         service = CompactionService(
@@ -289,15 +289,17 @@ def make_summarizer(
     )
 
 
-def make_windows(settings: Settings, factors: TokenFactors, log: Any) -> ScaledWindows:
-    """The models' windows; a model no pattern covers is logged once with the window it gets."""
-    return ScaledWindows(
-        settings.context_windows,
-        factors,
-        on_default=lambda model, window: log.warning(
+def make_windows(settings: Settings, factors: TokenFactors, log: Any, metrics: Metrics) -> ScaledWindows:
+    """The models' windows; a model no pattern covers is logged and counted once with the
+    window it gets."""
+
+    def defaulted(model: str, window: int) -> None:
+        log.warning(
             "model_window_defaulted", model=model[:200], window=window, fix="add the model to `models:`"
-        ),
-    )
+        )
+        metrics.models_defaulted.labels(model[:100]).inc()
+
+    return ScaledWindows(settings.context_windows, factors, on_default=defaulted)
 
 
 def loop_limits(settings: Settings) -> LoopLimits:

@@ -17,6 +17,7 @@ import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
 from proxy.config_merge import policy_origins
+from proxy.model_coverage import uncovered_models
 from proxy.preflight import PreflightError, healthcheck, preflight
 from proxy.settings import (
     ENV_CONFIG,
@@ -106,6 +107,9 @@ def _check(args: argparse.Namespace) -> int:
     for name, policy in settings.policies.items():
         stages = ", ".join(next(iter(stage)) for stage in policy.stages) or "no stages"
         lines.append(f"#   {name:<{width}}  {origins.get(name, 'built-in'):<22} {stages}")
+    lines.append("# models table against the configured upstreams' usual model names:")
+    upstreams = [settings.upstream.base_url, settings.anthropic.base_url]
+    lines.extend(f"#   {line}" for line in uncovered_models(settings.context_windows, upstreams))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

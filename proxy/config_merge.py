@@ -48,6 +48,7 @@ def builtin_models() -> dict[str, dict[str, Any]]:
         "o1*",
         "o3*",
         "o4*",
+        "codex-mini*",
         "gpt-4-turbo*",
         "gpt-4*",
         "gpt-3.5-turbo*",

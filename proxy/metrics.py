@@ -70,6 +70,7 @@ class Metrics:
     offloaded: Counter
     offloaded_bytes: Counter
     no_read_room: Counter
+    models_defaulted: Counter
     summaries: Counter
     summary_seconds: Histogram
     shadow_compares: Counter
@@ -189,6 +190,13 @@ class Metrics:
             "Sessions whose fixed part (system prompt, tools, task, final step, the answer's reserve) "
             "leaves less than the read room free under the window: counted once per session.",
             ("policy",),
+            registry=r,
+        )
+        self.models_defaulted = Counter(
+            "compaction_proxy_model_window_defaulted",
+            "Model names no pattern of the models table matches (each then gets the default "
+            "window), counted once per name for the first 32 names.",
+            ("model",),
             registry=r,
         )
 

@@ -1,0 +1,59 @@
+"""Which model names the configured upstreams usually serve that the ``models`` table does not
+cover. Such a model gets the default window, which may be far from its real one (a 200k
+model compacted as if it had 128k, or an 8k local model not compacted until its upstream
+refuses the request), so ``check-config`` names them before any traffic does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from policies.windows import ContextWindows
+
+# The names agents send most to each provider's own API (a sample to check the table
+# against, not a list of what the proxy accepts: any name is forwarded).
+USUAL_MODELS: dict[str, tuple[str, ...]] = {
+    "api.openai.com": (
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4.1",
+        "gpt-4.1-mini",
+        "gpt-5",
+        "gpt-5-mini",
+        "gpt-5-codex",
+        "o3",
+        "o4-mini",
+        "codex-mini-latest",
+    ),
+    "api.anthropic.com": (
+        "claude-sonnet-4-5",
+        "claude-opus-4-1",
+        "claude-haiku-4-5",
+        "claude-3-7-sonnet-latest",
+    ),
+}
+
+
+def uncovered_models(windows: Mapping[str, int], base_urls: list[str]) -> list[str]:
+    """Lines for ``check-config``: per upstream, its usual names that fall to the default
+    window, or that its names are unknown here (a local or third-party server)."""
+    table = ContextWindows(windows)
+    default = windows.get("default", 128_000)
+    lines: list[str] = []
+    for base_url in dict.fromkeys(base_urls):
+        host = urlsplit(base_url).hostname or base_url
+        usual = USUAL_MODELS.get(host)
+        if usual is None:
+            lines.append(
+                f"{host}: its model names are not known here; add each model your agents use "
+                f"to `models:` (unmatched names get the default window, {default})"
+            )
+            continue
+        missing = [name for name in usual if not table.covers(name)]
+        if missing:
+            lines.append(
+                f"{host}: not covered, so given the default window ({default}): {', '.join(missing)}"
+            )
+        else:
+            lines.append(f"{host}: every usual model name has a pattern")
+    return lines
