@@ -13,21 +13,9 @@ import respx
 from proxy.app import create_app
 from proxy.settings import load_settings
 from proxy.store import SQLiteStore
+from tests.recording_logger import RecordingLogger
 
 UPSTREAM = "http://upstream.test/v1"
-
-
-class RecordingLogger:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def bind(self, **_: Any) -> RecordingLogger:
-        return self
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.records.append({"event": event, **fields})
-
-    warning = info
 
 
 def history(edit: str = "") -> list[dict[str, Any]]:

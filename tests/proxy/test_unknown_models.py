@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -16,19 +15,7 @@ from proxy.app import create_app
 from proxy.cli import main
 from proxy.model_coverage import uncovered_models
 from proxy.settings import load_settings
-
-
-class RecordingLogger:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def bind(self, **_: Any) -> RecordingLogger:
-        return self
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.records.append({"event": event, **fields})
-
-    warning = info
+from tests.recording_logger import RecordingLogger
 
 
 def completion(_request: httpx.Request) -> httpx.Response:
