@@ -70,7 +70,9 @@ def _serve(args: argparse.Namespace) -> int:
         configure_logging(settings.logging.level, settings.logging.format)
         target = create_app(settings)
     # After the multiprocess set-up above: it loads the app (and prometheus-client).
-    from proxy.serving import http_protocol
+    from proxy.serving import http_protocol, tune_gc
+
+    tune_gc()
 
     uvicorn.run(
         target,
