@@ -45,6 +45,7 @@ from proxy.store import Store
 from proxy.store_factory import make_store
 from proxy.summarizer import OpenAISummarizer
 from proxy.token_factors import ScaledWindows, TokenFactors
+from proxy.tracing import TraceExport, Tracer, TracingSettings
 from proxy.upstream import Upstream
 
 
@@ -123,6 +124,8 @@ class AppParts:
     route: CompactingRoute
     finishers: list[Finisher]
     observers: list[Observer]
+    # Tracing on: the observer that exports each request's spans (flushed at shutdown).
+    span_export: TraceExport | None = None
 
     @classmethod
     def build(
@@ -185,6 +188,9 @@ class AppParts:
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
+        span_export = make_span_export(settings.tracing)
+        if span_export is not None:
+            observers.append(span_export)
         return cls(
             counter=counter,
             policies=policies,
@@ -201,6 +207,7 @@ class AppParts:
             route=route,
             finishers=[TokenCalibration(factors, dialects)],
             observers=observers,
+            span_export=span_export,
         )
 
     def edge(self, settings: Settings, log: Any) -> Edge:
@@ -214,6 +221,7 @@ class AppParts:
             observers=self.observers,
             max_body_bytes=settings.server.max_body_bytes,
             logger=log,
+            tracer=Tracer(settings.tracing) if self.span_export is not None else None,
         )
 
 
@@ -266,6 +274,16 @@ def make_observers(
         RequestMetrics(metrics),
         AccessLog(log),
     ]
+
+
+def make_span_export(settings: TracingSettings) -> TraceExport | None:
+    """The span exporter when tracing is on. OpenTelemetry's SDK is the optional ``otel``
+    extra, imported only then (``serve``'s preflight has checked it is installed)."""
+    if not settings.enabled:
+        return None
+    from proxy.otel_export import SpanExport
+
+    return SpanExport(settings)
 
 
 def make_counter(settings: Settings) -> TokenCounter:

@@ -29,6 +29,7 @@ from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.route import CompactingRoute
 from proxy.sessions import credentials
+from proxy.tracing import Tracer
 from proxy.upstream import Upstream
 
 Scope = Mapping[str, Any]
@@ -49,6 +50,7 @@ class Edge:
         observers: Sequence[Observer],
         max_body_bytes: int,
         logger: Any = None,
+        tracer: Tracer | None = None,
     ) -> None:
         """``doors``: the routes whose requests are compacted (``proxy/dialects``)."""
         self.doors = {(door.method, door.path): door for door in doors}
@@ -59,6 +61,7 @@ class Edge:
         self.finishers = finishers
         self.observers = observers
         self.max_body = max_body_bytes
+        self.tracer = tracer  # None: tracing off, no trace is made
         # Bound once: a lazy proxy logger would resolve its configuration on every call.
         self.log = (logger or structlog.get_logger("compaction_proxy")).bind()
 
@@ -75,6 +78,8 @@ class Edge:
             started=time.perf_counter(),
         )
         exchange.extra_headers.append((b"x-compaction-request-id", exchange.request_id.encode()))
+        if self.tracer is not None:
+            exchange.trace = self.tracer.begin(scope["headers"])
         provider = (
             self.providers.named(door.provider)
             if door

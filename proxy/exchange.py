@@ -18,6 +18,7 @@ import orjson
 
 from policies.pipeline import PolicyOutcome
 from proxy.errors import ProxyError
+from proxy.tracing import RequestTrace
 
 if TYPE_CHECKING:
     from proxy.read_loop import LoopResult
@@ -84,6 +85,8 @@ class Exchange:
     # Set just before the last body message: from then on a disconnect is the normal end.
     responded: bool = False
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # The request's trace (proxy/tracing.py) when tracing is on, else None.
+    trace: RequestTrace | None = None
 
     def mark_responded(self) -> None:
         self.responded = True

@@ -102,6 +102,9 @@ class Lifecycle:
         await asyncio.gather(*self.background, *parts.service.background, return_exceptions=True)
         await asyncio.gather(*parts.shadow.tasks, return_exceptions=True)
         await parts.events.drain()
+        if parts.span_export is not None:
+            # The last spans go to the collector (bounded by the exporter's timeout).
+            await asyncio.to_thread(parts.span_export.shutdown)
         await asyncio.to_thread(parts.factors.save)
         parts.large.close()
         await parts.store.close()

@@ -28,6 +28,7 @@ from proxy.read_loop import Command, Done, Fail, LoopResult, Read, ReadLoop, Rec
 from proxy.response_writer import ResponseWriter
 from proxy.sse_framer import EventTooLarge, SSEFramer
 from proxy.store import Store
+from proxy.tracing import RequestTrace, upstream_call
 from proxy.upstream import Upstream, failure_kind, stream_failure, upstream_failure
 
 
@@ -105,8 +106,10 @@ class LoopDriver:
         tenant: str,
         writer: ResponseWriter,
         request_id: str,
+        trace: RequestTrace | None = None,
     ) -> None:
         self.loop = loop
+        self.trace = trace
         self.dialect = loop.dialect
         self.upstream = upstream
         self.store = store
@@ -161,7 +164,14 @@ class LoopDriver:
                         return  # answered already: refused, not an answer, or ended by the upstream
                     command = self.loop.feed(last.answer)
                 case Read(reads=reads):
+                    phase = (
+                        self.trace.phase("read_tool_output", {"compaction.reads": len(reads)})
+                        if self.trace
+                        else None
+                    )
                     command = self.loop.resolved(await run_reads(reads, self.loop, self.store, self.tenant))
+                    if phase is not None:
+                        phase.end()
                 case Done(usage=usage):
                     assert last is not None
                     await last.finish(usage)
@@ -174,9 +184,16 @@ class LoopDriver:
         """One round: its body upstream, its answer back (None: the response is written)."""
         self.writer.set_header(b"x-compaction-tokens-after", str(send.tokens_after).encode())
         self.writer.set_header(b"x-compaction-read-rounds", str(send.read_rounds).encode())
+        call = upstream_call(self.trace, self.url, round=send.read_rounds)
+        headers = self.trace.upstream_headers(self.headers, call) if self.trace and call else self.headers
         started = time.perf_counter()
         try:
-            response = await self.upstream.open("POST", self.url, self.headers, dump_json(send.body))
+            response = await self.upstream.open("POST", self.url, headers, dump_json(send.body))
+        except httpx.HTTPError as exc:
+            if call is not None:
+                call.error = type(exc).__name__
+                call.end()
+            raise
         finally:
             self.result.upstream_seconds += time.perf_counter() - started
         started = time.perf_counter()
@@ -188,6 +205,8 @@ class LoopDriver:
         finally:
             await response.aclose()
             self.result.upstream_seconds += time.perf_counter() - started
+            if call is not None:
+                call.end(**{"http.response.status_code": response.status_code})
         if isinstance(received, bytes):
             return await self._json_answer(response, received)
         return await self._streamed_answer(received)

@@ -19,6 +19,7 @@ from proxy.read_loop import LoopLimits, LoopResult, ReadLoop
 from proxy.response_writer import ResponseWriter
 from proxy.store import Store
 from proxy.token_factors import ScaledWindows
+from proxy.tracing import RequestTrace
 from proxy.upstream import Upstream
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -72,6 +73,7 @@ class LoopRunner:
         tenant: str,
         writer: ResponseWriter,
         request_id: str,
+        trace: RequestTrace | None = None,
     ) -> LoopDriver:
         loop = ReadLoop(
             plan.body,
@@ -92,6 +94,7 @@ class LoopRunner:
             tenant=tenant,
             writer=writer,
             request_id=request_id,
+            trace=trace,
         )
 
     async def serve(
@@ -114,6 +117,7 @@ class LoopRunner:
             tenant=exchange.tenant,
             writer=writer,
             request_id=exchange.request_id,
+            trace=exchange.trace,
         )
         mark = dialect.read_loop_start(plan.body)
         plan.body = {}  # the loop owns it now

@@ -14,6 +14,7 @@ from proxy.exchange import Exchange
 from proxy.forwarding import client_response_headers, header_value
 from proxy.metrics import Metrics
 from proxy.response_writer import ErrorEvent, ResponseWriter, chat_error_event
+from proxy.tracing import upstream_call
 from proxy.upstream import Upstream, failure_kind, stream_failure, upstream_failure
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -37,12 +38,19 @@ async def relay(
     error_body: ErrorBody = openai_error_body,
 ) -> None:
     """``route_headers``: the compaction headers of a dialect route (None: passthrough)."""
+    call = upstream_call(exchange.trace, url)
+    if call is not None and exchange.trace is not None:
+        headers = exchange.trace.upstream_headers(headers, call)
+        call.attributes["http.request.method"] = method
     sent_at = time.perf_counter()
     try:
         response = await upstream.open(method, url, headers, content)
     except httpx.HTTPError as exc:
         exchange.upstream_seconds = time.perf_counter() - sent_at
         exchange.error = failure_kind(exc)
+        if call is not None:
+            call.error = exchange.error
+            call.end()
         raise upstream_failure(exc, request_id=exchange.request_id) from None
     del content  # sent: not kept while the answer streams
     writer = ResponseWriter(
@@ -90,3 +98,6 @@ async def relay(
     finally:
         exchange.upstream_seconds = time.perf_counter() - sent_at
         await response.aclose()
+        if call is not None:
+            call.error = exchange.error
+            call.end(**{"http.response.status_code": response.status_code})

@@ -28,13 +28,15 @@ from proxy.agent_compaction import agent_compaction, passes_as_sent
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
-from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json, kept_for_event, parse_json
+from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json, parse_json
 from proxy.forwarding import header_value
+from proxy.large_requests import LargeRequests
 from proxy.loop_runner import LoopPlan, LoopRunner
 from proxy.metrics import Metrics
 from proxy.providers import Provider
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
+from proxy.route_facts import compaction_attributes, record_compaction
 from proxy.sessions import tenant_of
 from proxy.shadow import ShadowComparer
 from proxy.token_factors import ScaledWindows
@@ -205,6 +207,15 @@ class CompactingRoute:
         large = self.service.large
         if large.wants(draft.content):
             return True
+        trace = draft.exchange.trace
+        phase = trace.phase("parse", {"compaction.body_bytes": len(draft.content)}) if trace else None
+        try:
+            return await self._read(draft, large)
+        finally:
+            if phase is not None:
+                phase.end()
+
+    async def _read(self, draft: Draft, large: LargeRequests) -> bool:
         try:
             data, lenient = parse_json(draft.content)
             if large.wants_parsed(data):
@@ -239,6 +250,15 @@ class CompactingRoute:
 
     async def compact(self, draft: Draft) -> bool:
         """The compaction service makes the view (for a large body, in a worker process)."""
+        trace = draft.exchange.trace
+        phase = trace.phase("compaction") if trace else None
+        try:
+            return await self._compact(draft)
+        finally:
+            if phase is not None:
+                phase.end(**compaction_attributes(draft.exchange))
+
+    async def _compact(self, draft: Draft) -> bool:
         assert draft.policy is not None
         # The client's credential is for the provider its request addressed, and only there.
         base = draft.provider.base
@@ -270,7 +290,7 @@ class CompactingRoute:
             compacted.stream, compacted.notes, compacted.head = parsed.stream, parsed.notes, parsed.body
         draft.compacted = compacted
         exchange = draft.exchange
-        _record(exchange, compacted, draft.tenant, draft.route_headers)
+        record_compaction(exchange, compacted, draft.tenant, draft.route_headers)
         if self.windows.factors.default_for(exchange.model) is not None:
             # A model counted with a factor: its answer's reported prompt tokens calibrate it.
             exchange.token_factor = self.windows.factors.factor(exchange.model)
@@ -336,35 +356,6 @@ class CompactingRoute:
             return True
         draft.content = dump_json(view)
         return True
-
-
-def _record(exchange: Exchange, compacted: Compacted, tenant: str, route_headers: Headers) -> None:
-    """What the service did, for the observers and the response's headers."""
-    outcome = compacted.outcome
-    exchange.stream = compacted.stream
-    if compacted.skipped:
-        # Lenient JSON, a malformed history, a history the proxy cannot see: sent as it came.
-        exchange.skipped = compacted.skipped
-        route_headers.append((b"x-compaction-skipped", compacted.skipped.encode("ascii", "replace")))
-    exchange.outcome, exchange.tenant, exchange.session = kept_for_event(outcome), tenant, compacted.session
-    exchange.model, exchange.messages_before = compacted.head.get("model"), compacted.messages
-    exchange.messages_after = len(outcome.messages) if outcome.messages is not None else compacted.messages
-    exchange.session_fork = compacted.session_fork
-    exchange.dialect_notes = compacted.notes
-    if outcome.offloads:
-        exchange.offloaded_bytes = sum(
-            len(o.content.encode("utf-8", "replace")) for o in outcome.offloads.values()
-        )
-    exchange.tokens_before = outcome.tokens_before
-    exchange.tokens_after = outcome.tokens_after
-    exchange.mechanisms = outcome.mechanisms
-    exchange.trigger = outcome.trigger
-    # A client history that diverged from its checkpoint (edited or truncated) is recorded.
-    exchange.checkpoint_dropped = outcome.facts.checkpoint_dropped is not None
-    route_headers.append((b"x-compaction-tokens-before", str(outcome.tokens_before).encode()))
-    route_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
-    if outcome.trigger is not None:
-        route_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
 
 
 def _several_streamed_choices(body: dict[str, Any]) -> bool:

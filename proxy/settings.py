@@ -29,6 +29,7 @@ from proxy.config_merge import (
     builtin_models,
     merge_policies,
 )
+from proxy.tracing import TracingSettings
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
 Mode = Literal["enforce", "shadow", "off"]
@@ -266,6 +267,7 @@ class Settings(_Section, frozen=True):
     shadow: ShadowSettings = msgspec.field(default_factory=ShadowSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
+    tracing: TracingSettings = msgspec.field(default_factory=TracingSettings)
 
     def __post_init__(self) -> None:
         for name in self.policies:
