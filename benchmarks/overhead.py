@@ -33,7 +33,7 @@ from typing import Any
 import bodies
 import report
 from probes import Endpoint, HttpConnection, SessionSample, chat_endpoint, session_run, ttfb_probe
-from processes import CLK_TCK, HERE, ROOT, Processes, free_port, http_call, settle, tree_ticks
+from processes import CLK_TCK, HERE, ROOT, Processes, answers, free_port, http_call, settle, tree_ticks
 
 Record = dict[str, Any]
 
@@ -208,6 +208,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--upstream-port", type=int, help="fake upstream port (default: free; 18000 with --proxy-url)"
     )
     p.add_argument("--policy", help="sent to the proxy as X-Compaction-Policy (default: none)")
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="the proxy exports a trace of every request to a local OTLP/HTTP sink (otlp_sink.py)",
+    )
     p.add_argument("--header", action="append", default=[], help="'Name: value' sent to the proxy only")
     p.add_argument("--chunks", type=int, default=8, help="fake upstream: content chunks per stream")
     p.add_argument("--chunk-interval-ms", type=float, default=0.0, help="fake upstream: pause between chunks")
@@ -241,6 +246,15 @@ def proxy_headers(args: argparse.Namespace) -> dict[str, str]:
     return headers
 
 
+def tracing_config(procs: Processes) -> dict[str, object]:
+    """Tracing on, every request sampled, exported to a sink started for this run."""
+    port = free_port()
+    argv = [sys.executable, str(HERE / "otlp_sink.py"), "--port", str(port)]
+    procs.start("otlp_sink", argv, lambda: answers(port, "/"))
+    endpoint = f"http://127.0.0.1:{port}/v1/traces"
+    return {"tracing": {"enabled": True, "endpoint": endpoint, "sample_ratio": 1.0}}
+
+
 def run(args: argparse.Namespace, procs: Processes, sized: dict[str, tuple[int, dict[str, Any]]]) -> Record:
     """Start what is needed, then the wrk matrix, the TTFB probe and the session runs."""
     up_port = args.upstream_port or (18000 if args.proxy_url else free_port())
@@ -249,7 +263,7 @@ def run(args: argparse.Namespace, procs: Processes, sized: dict[str, tuple[int, 
     if args.proxy_url:
         proxy = Target(chat_endpoint("proxy", args.proxy_url, proxy_headers(args)), args.proxy_pid)
     else:
-        port, pid = procs.start_proxy(up_port)
+        port, pid = procs.start_proxy(up_port, tracing_config(procs) if args.tracing else None)
         proxy = Target(chat_endpoint("proxy", f"http://127.0.0.1:{port}/v1", proxy_headers(args)), pid)
     preflight(direct, proxy, next(iter(sized.values()))[1])
     files: dict[tuple[str, str], Path] = {}

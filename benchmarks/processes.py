@@ -44,7 +44,7 @@ def http_call(port: int, method: str, path: str, timeout: float = 5.0) -> tuple[
         conn.close()
 
 
-def _answers(port: int, path: str) -> bool:
+def answers(port: int, path: str) -> bool:
     try:
         return http_call(port, "GET", path, timeout=1.0)[0] == 200
     except OSError:
@@ -114,7 +114,7 @@ class Processes:
         # The developer's COMPACTION_PROXY_* variables would override the temporary config.
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTION_PROXY_")}
         argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path), "--port", str(port)]
-        return port, self.start(name, argv, lambda: _answers(port, "/readyz"), env, cwd=root)
+        return port, self.start(name, argv, lambda: answers(port, "/readyz"), env, cwd=root)
 
     def stop(self, pid: int) -> None:
         """SIGTERM one process this run started, by its PID (SIGKILL after 10 s)."""

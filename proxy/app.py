@@ -34,6 +34,7 @@ from proxy.observers import (
     RequestMetrics,
     TokenCalibration,
 )
+from proxy.otel_export import SpanExport
 from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
@@ -188,7 +189,7 @@ class AppParts:
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
-        span_export = make_span_export(settings.tracing)
+        span_export = make_span_export(settings.tracing, log)
         if span_export is not None:
             observers.append(span_export)
         return cls(
@@ -276,14 +277,9 @@ def make_observers(
     ]
 
 
-def make_span_export(settings: TracingSettings) -> TraceExport | None:
-    """The span exporter when tracing is on. OpenTelemetry's SDK is the optional ``otel``
-    extra, imported only then (``serve``'s preflight has checked it is installed)."""
-    if not settings.enabled:
-        return None
-    from proxy.otel_export import SpanExport
-
-    return SpanExport(settings)
+def make_span_export(settings: TracingSettings, log: Any) -> TraceExport | None:
+    """The span exporter when tracing is on."""
+    return SpanExport(settings, log) if settings.enabled else None
 
 
 def make_counter(settings: Settings) -> TokenCounter:

@@ -78,6 +78,8 @@ class Lifecycle:
             await parts.store.events(None, limit=1)
             self.log.warning("store_expiry_failed", error=type(exc).__name__)
         self._spawn(self.expire_forever())
+        if parts.span_export is not None:
+            self._spawn(parts.span_export.export_forever())
         trim = malloc_trim() if settings.server.malloc_trim_seconds > 0 else None
         if trim is not None:
             self._spawn(trim_forever(trim, settings.server.malloc_trim_seconds))
@@ -104,7 +106,7 @@ class Lifecycle:
         await parts.events.drain()
         if parts.span_export is not None:
             # The last spans go to the collector (bounded by the exporter's timeout).
-            await asyncio.to_thread(parts.span_export.shutdown)
+            await parts.span_export.shutdown()
         await asyncio.to_thread(parts.factors.save)
         parts.large.close()
         await parts.store.close()

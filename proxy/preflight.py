@@ -12,7 +12,6 @@ once the dependency is back. Faults after the start fail open instead (see the R
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
 import socket
 import sqlite3
@@ -173,23 +172,6 @@ def preflight(settings: Settings) -> None:
     check_listen(settings.server.host, settings.server.port)
     check_state_dir(settings.state_dir)
     check_store(settings)
-    check_tracing(settings)
-
-
-def check_tracing(settings: Settings) -> None:
-    """Tracing on needs OpenTelemetry's SDK and OTLP/HTTP exporter (the ``otel`` extra)."""
-    if not settings.tracing.enabled:
-        return
-    for module in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            raise PreflightError(
-                "tracing.enabled needs OpenTelemetry's SDK and OTLP exporter: "
-                "pip install 'compaction-proxy[otel]' (or set tracing.enabled: false)"
-            )
 
 
 def readiness_url(settings: Settings) -> str:

@@ -6,7 +6,7 @@ compacting it, each call upstream, each answer's reads of saved outputs). The id
 chosen when a phase starts, so the ``traceparent`` sent upstream already names the span of that
 call, and the upstream's own spans join the client's trace. Once the response is out, the
 ``SpanExport`` observer (``proxy/otel_export.py``, loaded only when tracing is on) turns the
-record into OpenTelemetry spans and exports them over OTLP/HTTP. With tracing off no trace
+record into OTLP spans and exports them over OTLP/HTTP. With tracing off no trace
 is made: the client's own ``traceparent`` goes upstream as sent, as every header does.
 
 Spans carry the request's shape (route, status, model, policy, token counts, read rounds),
@@ -32,8 +32,7 @@ SAMPLED = 0x01
 
 
 class TracingSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    # Export a trace of every sampled request over OTLP/HTTP (needs the `otel` extra:
-    # pip install 'compaction-proxy[otel]').
+    # Export a trace of every sampled request over OTLP/HTTP (protobuf).
     enabled: bool = False
     # The collector's OTLP/HTTP traces endpoint.
     endpoint: str = "http://127.0.0.1:4318/v1/traces"
@@ -65,8 +64,12 @@ def format_traceparent(trace_id: int, span_id: int, flags: int) -> bytes:
     return b"00-%032x-%016x-%02x" % (trace_id, span_id, flags & 0xFF)
 
 
+# Identifiers must be random and unique, not secret: a seeded generator, no system call each.
+_ids = random.Random(int.from_bytes(os.urandom(16), "big"))
+
+
 def new_span_id() -> int:
-    return int.from_bytes(os.urandom(8), "big") or 1
+    return _ids.getrandbits(64) or 1
 
 
 @dataclass(slots=True)
@@ -140,7 +143,9 @@ class TraceExport(Protocol):
 
     def observe(self, exchange: Any) -> None: ...
 
-    def shutdown(self) -> None: ...
+    async def export_forever(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
 
 
 class Tracer:
@@ -162,6 +167,6 @@ class Tracer:
         if parent is not None:
             trace_id, parent_span, flags = parent
             return RequestTrace(trace_id, new_span_id(), parent_span, flags & SAMPLED, now, tracestate)
-        trace_id = int.from_bytes(os.urandom(16), "big") or 1
+        trace_id = _ids.getrandbits(128) or 1
         flags = SAMPLED if self.rng.random() < self.ratio else 0
         return RequestTrace(trace_id, new_span_id(), None, flags, now)

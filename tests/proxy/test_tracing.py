@@ -4,19 +4,19 @@ its spans (proxy/otel_export.py) made with the identifiers the upstream already 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 
+import httpx
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from proxy import preflight
+from proxy import otlp_wire as wire
 from proxy.exchange import Exchange
 from proxy.otel_export import SpanExport
-from proxy.preflight import PreflightError, check_tracing
-from proxy.settings import load_settings
 from proxy.tracing import (
     RequestTrace,
     Tracer,
@@ -91,17 +91,33 @@ def test_the_upstream_gets_this_calls_context_in_place_of_the_clients() -> None:
     }
 
 
-def exported(recorded: RequestTrace, **facts: object) -> list:  # type: ignore[type-arg]
-    memory = InMemorySpanExporter()
-    export = SpanExport(TracingSettings(enabled=True), processor=SimpleSpanProcessor(memory))
+def exported(recorded: RequestTrace, **facts: object) -> list[Span]:
+    """The spans of one request as the collector receives them (decoded from the posted batch)."""
+    posted: list[bytes] = []
+
+    def collector(request: httpx.Request) -> httpx.Response:
+        assert request.headers["content-type"] == "application/x-protobuf"
+        posted.append(request.content)
+        return httpx.Response(200)
+
+    export = SpanExport(TracingSettings(enabled=True), transport=httpx.MockTransport(collector))
     exchange = Exchange(request_id="cpx-1", route="chat", method="POST", started=time.perf_counter())
     for name, value in facts.items():
         setattr(exchange, name, value)
     exchange.trace = recorded
     exchange.seal()
     export.observe(exchange)
-    export.shutdown()
-    return list(memory.get_finished_spans())
+    asyncio.run(export.shutdown())
+    spans: list[Span] = []
+    for body in posted:
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for scope in resource.scope_spans:
+                spans.extend(scope.spans)
+    return spans
+
+
+def attributes(span: Span) -> dict[str, object]:
+    return {a.key: getattr(a.value, a.value.WhichOneof("value") or "string_value") for a in span.attributes}
 
 
 def test_spans_carry_the_identifiers_the_upstream_saw() -> None:
@@ -116,25 +132,112 @@ def test_spans_carry_the_identifiers_the_upstream_saw() -> None:
     )
     by_name = {s.name: s for s in spans}
     request = by_name["POST chat"]
-    assert request.kind == SpanKind.SERVER and request.context.span_id == 0x1111
-    assert request.context.trace_id == TRACE and request.parent is not None and request.parent.span_id == SPAN
-    assert request.status.status_code == StatusCode.ERROR
-    assert request.attributes["gen_ai.request.model"] == "gpt-4o"
-    assert request.attributes["error.type"] == "upstream_timeout"
+    assert request.kind == Span.SPAN_KIND_SERVER and request.span_id == (0x1111).to_bytes(8, "big")
+    assert request.trace_id == TRACE.to_bytes(16, "big") and request.parent_span_id == SPAN.to_bytes(8, "big")
+    assert request.status.code == Status.STATUS_CODE_ERROR
+    assert attributes(request)["gen_ai.request.model"] == "gpt-4o"
+    assert attributes(request)["error.type"] == "upstream_timeout"
     upstream = by_name["POST upstream"]
-    assert upstream.kind == SpanKind.CLIENT and upstream.context.span_id == call.span_id
-    assert upstream.parent is not None and upstream.parent.span_id == 0x1111
-    assert upstream.status.status_code == StatusCode.ERROR
-    assert by_name["parse"].context.span_id == parse.span_id
+    assert upstream.kind == Span.SPAN_KIND_CLIENT and upstream.span_id == call.span_id.to_bytes(8, "big")
+    assert upstream.parent_span_id == request.span_id and upstream.status.code == Status.STATUS_CODE_ERROR
+    assert by_name["parse"].span_id == parse.span_id.to_bytes(8, "big")
+    assert request.start_time_unix_nano <= upstream.start_time_unix_nano <= upstream.end_time_unix_nano
+    assert upstream.end_time_unix_nano <= request.end_time_unix_nano
 
 
 def test_an_unsampled_trace_exports_nothing() -> None:
     assert exported(RequestTrace(TRACE, 0x1111, SPAN, 0, time.time_ns())) == []
 
 
-def test_tracing_on_without_the_sdk_is_one_line_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = load_settings(env={}, overrides={"tracing": {"enabled": True}})
-    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(PreflightError, match=r"pip install 'compaction-proxy\[otel\]'"):
-        check_tracing(settings)
-    check_tracing(load_settings(env={}))  # off: nothing is needed
+def test_a_collector_that_is_down_costs_dropped_spans_and_one_line() -> None:
+    told: list[tuple[str, dict[str, object]]] = []
+
+    class Log:
+        def warning(self, event: str, **fields: object) -> None:
+            told.append((event, fields))
+
+    def down(_request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    export = SpanExport(TracingSettings(enabled=True), log=Log(), transport=httpx.MockTransport(down))
+
+    async def two_batches() -> None:
+        for _ in range(2):
+            exchange = Exchange(request_id="r", route="chat", method="POST", started=time.perf_counter())
+            exchange.trace = RequestTrace(TRACE, 0x1111, None, 1, time.time_ns())
+            export.observe(exchange)
+            await export.flush()
+        await export.shutdown()
+
+    asyncio.run(two_batches())
+    assert export.dropped == 2 and export.exported == 0 and export.pending == []
+    assert told == [("trace_export_failed", {"error": "ConnectError", "spans_dropped": 1})]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "POST",
+        "",
+        "naïve ✓ 日本",
+        True,
+        False,
+        0,
+        1,
+        127,
+        128,
+        300,
+        2**40,
+        -1,
+        -(2**63),
+        2**63 - 1,
+        0.5,
+        -3.25,
+    ],
+)
+def test_every_attribute_value_decodes_with_the_protocols_own_classes(value: object) -> None:
+    encoded = wire.Attributes(1).encode({"key.name": value})
+    decoded = Resource.FromString(encoded).attributes
+    assert len(decoded) == 1 and decoded[0].key == "key.name"
+    kind = decoded[0].value.WhichOneof("value")
+    expected = {bool: "bool_value", int: "int_value", float: "double_value", str: "string_value"}[type(value)]
+    assert kind == expected and getattr(decoded[0].value, kind) == value
+
+
+def test_a_span_and_concatenated_requests_decode_as_one_export() -> None:
+    attributes = wire.Attributes(9, unique=("id",))
+    spans = [
+        wire.span(
+            trace_id=TRACE.to_bytes(16, "big"),
+            span_id=(n + 1).to_bytes(8, "big"),
+            parent_span_id=b"" if n == 0 else (1).to_bytes(8, "big"),
+            name=f"span {n}",
+            kind=wire.KIND_SERVER if n == 0 else wire.KIND_CLIENT,
+            start_ns=1_700_000_000_000_000_000 + n,
+            end_ns=1_700_000_000_000_000_999,
+            attributes=attributes.encode({"id": f"r{n}", "status": 200, "skip": None}),
+            error="boom" if n == 1 else None,
+        )
+        for n in range(2)
+    ]
+    resource = wire.resource(wire.Attributes(1).encode({"service.name": "svc"}))
+    scope = wire.scope("compaction-proxy", "1.2.3")
+    batch = wire.export_request(resource, scope, spans[:1]) + wire.export_request(resource, scope, spans[1:])
+    decoded = ExportTraceServiceRequest.FromString(batch)
+    assert len(decoded.resource_spans) == 2
+    got = [s for r in decoded.resource_spans for ss in r.scope_spans for s in ss.spans]
+    assert [s.name for s in got] == ["span 0", "span 1"]
+    assert got[0].parent_span_id == b"" and got[1].parent_span_id == (1).to_bytes(8, "big")
+    assert got[0].kind == Span.SPAN_KIND_SERVER and got[1].kind == Span.SPAN_KIND_CLIENT
+    assert got[1].status.code == Status.STATUS_CODE_ERROR and got[1].status.message == "boom"
+    assert got[0].start_time_unix_nano == 1_700_000_000_000_000_000
+    assert {a.key: a.value.string_value or a.value.int_value for a in got[1].attributes} == {
+        "id": "r1",
+        "status": 200,
+    }
+    first = decoded.resource_spans[0]
+    assert first.resource.attributes[0].value.string_value == "svc"
+    assert (
+        first.scope_spans[0].scope.name == "compaction-proxy"
+        and first.scope_spans[0].scope.version == "1.2.3"
+    )
