@@ -28,6 +28,7 @@ from proxy.settings import (
     policy_specs,
     to_builtins,
 )
+from proxy.wrap import run_wrapped
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -124,6 +125,18 @@ def _user_policies(path: str | None) -> object:
     return loaded.get("policies") if isinstance(loaded, dict) else None
 
 
+def _wrap(args: argparse.Namespace) -> int:
+    settings = _load(args)
+    arguments = args.args[1:] if args.args[:1] == ["--"] else args.args
+    try:
+        return run_wrapped(
+            args.agent, arguments, settings=settings, config=args.config, url=args.url, as_json=args.json
+        )
+    except RuntimeError as exc:
+        sys.stderr.write(f"compaction-proxy: {exc}\n")
+        return 1
+
+
 def _healthcheck(args: argparse.Namespace) -> int:
     healthy, detail = healthcheck(_load(args))
     sys.stdout.write(detail + "\n")
@@ -177,6 +190,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     health.add_argument("--config", help="YAML settings file (default: $COMPACTION_PROXY_CONFIG)")
     health.add_argument("--port", type=int, help="the port it listens on (default: the configured one)")
     health.set_defaults(run=_healthcheck)
+    wrap = commands.add_parser(
+        "wrap",
+        help="run an agent through the proxy and print what it did: wrap claude|codex|COMMAND -- ARGS",
+        description="Runs AGENT through the proxy answering at --url or at the configured address, "
+        "else one started for the run; prints what the proxy did when the agent exits.",
+    )
+    wrap.add_argument("--config", help="YAML settings file of a proxy started for the run")
+    wrap.add_argument("--url", help="use the proxy answering here (e.g. http://127.0.0.1:8080)")
+    wrap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    wrap.add_argument(
+        "agent", help="claude, codex, or any command (given OPENAI_BASE_URL and ANTHROPIC_BASE_URL)"
+    )
+    wrap.add_argument("args", nargs=argparse.REMAINDER, help="the agent's arguments, after --")
+    wrap.set_defaults(run=_wrap)
     wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
     for name, (module, summary) in EXTENSIONS.items():
         if wanted == [name]:

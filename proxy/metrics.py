@@ -67,6 +67,7 @@ class Metrics:
     reads: Counter
     read_rounds: Histogram
     compactions: Counter
+    compaction_points: Counter
     offloaded: Counter
     offloaded_bytes: Counter
     no_read_room: Counter
@@ -171,6 +172,13 @@ class Metrics:
             "Compaction points by policy, mechanism applied and trigger "
             "(threshold, repeated, forced, safeguard, reverted).",
             ("policy", "mechanism", "trigger"),
+            registry=r,
+        )
+        self.compaction_points = Counter(
+            "compaction_proxy_compaction_points",
+            "Compaction points by policy and trigger, each counted once (compactions_total counts "
+            "each mechanism a point applied).",
+            ("policy", "trigger"),
             registry=r,
         )
         self.offloaded = Counter(

@@ -84,6 +84,7 @@ class CompactionRecord:
     def _count(self, exchange: Exchange, outcome: PolicyOutcome) -> None:
         m = self.metrics
         if outcome.trigger:
+            m.compaction_points.labels(exchange.policy, outcome.trigger).inc()
             for mechanism in outcome.mechanisms or ("none",):
                 m.compactions.labels(exchange.policy, mechanism, outcome.trigger).inc()
         if outcome.offloads:
