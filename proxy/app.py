@@ -188,10 +188,9 @@ class AppParts:
         events = EventSink(
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
-        observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         span_export = make_span_export(settings.tracing, log)
-        if span_export is not None:
-            observers.append(span_export)
+        observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
+        observers += [span_export] if span_export is not None else []
         return cls(
             counter=counter,
             policies=policies,

@@ -60,6 +60,14 @@ def write_config(tmp_path: Path, settings: dict[str, Any]) -> Path:
     return config
 
 
+def scratch(tmp_path: Path, agent: str) -> tuple[Path, Path]:
+    """The agent's own home (its settings and session files) and its working directory."""
+    home, work = tmp_path / f"{agent}-home", tmp_path / f"{agent}-work"
+    home.mkdir()
+    work.mkdir()
+    return home, work
+
+
 def summary_of(stderr: str) -> dict[str, Any]:
     last = [line for line in stderr.strip().splitlines() if line.startswith("{")][-1]
     found: dict[str, Any] = json.loads(last)
@@ -154,9 +162,7 @@ def test_claude_code_runs_through_wrap(fake: Callable[..., AnthropicUpstream], t
             "anthropic": {"base_url": server.base_url},
         },
     )
-    home, work = tmp_path / "claude-home", tmp_path / "claude-work"
-    home.mkdir()
-    work.mkdir()
+    home, work = scratch(tmp_path, "claude")
     env = claude_env("unused", home, api_key=CLAUDE_KEY)
     del env["ANTHROPIC_BASE_URL"]  # wrap sets it
     args = ["-p", "Run the scripted checks one by one with Bash, then report."]
@@ -187,9 +193,7 @@ def test_codex_runs_through_wrap(
             "upstream": {"base_url": server.base_url},
         },
     )
-    home, work = tmp_path / "codex-home", tmp_path / "codex-work"
-    home.mkdir()
-    work.mkdir()
+    home, work = scratch(tmp_path, "codex")
     # The user's own Codex settings (no network at start); wrap adds its provider with -c.
     (home / "config.toml").write_text(
         codex_config("http://127.0.0.1:9/unused", context_window=1_000_000, auto_compact=None, retries=False)
