@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -205,17 +204,28 @@ def running_at(url: str) -> Proxy | None:
     return Proxy(base) if _get(f"{base}/readyz") is not None else None
 
 
-def start_proxy(config: str | None, log_dir: Path) -> Proxy:
-    """``serve`` on a free loopback port, ready once ``/readyz`` answers."""
+def wrap_directory(env: Mapping[str, str]) -> Path:
+    """Where a proxy started for a run works: its log, and its state (a relative ``state_dir``,
+    the default ``./var`` included, resolves here, never in the agent's project). Kept across
+    runs, so the events and saved outputs of a run can be read after it."""
+    state_home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    directory = Path(state_home) / "compaction-proxy" / "wrap"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return directory
+
+
+def start_proxy(config: str | None, directory: Path) -> Proxy:
+    """``serve`` on a free loopback port, working in ``directory``; ready once ``/readyz`` answers."""
     port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"proxy-{port}.log"
+    log_path = directory / f"proxy-{port}.log"
     command = [sys.executable, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if config:
-        command += ["--config", config]
+        command += ["--config", str(Path(config).resolve())]
     with log_path.open("ab") as log:
         # Its own session: the terminal's Ctrl-C is the agent's, the proxy is stopped by PID after.
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=directory, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     proxy = Proxy(f"http://127.0.0.1:{port}", process, log_path, started_here=True)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
@@ -256,7 +266,7 @@ def run_wrapped(
     if proxy is None:
         proxy = running_at(readiness_url(settings).removesuffix("/readyz"))
     if proxy is None:
-        proxy = start_proxy(config, Path(tempfile.gettempdir()) / "compaction-proxy-wrap")
+        proxy = start_proxy(config, wrap_directory(os.environ))
     session = f"wrap-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     try:
         before = proxy.figures()

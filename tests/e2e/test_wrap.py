@@ -36,7 +36,8 @@ WRAP_TIMEOUT = 180
 
 def wrap(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "proxy.cli", "wrap", *argv]
-    environment = {**env, "PYTHONPATH": str(ROOT)}
+    # A proxy started for the run works under XDG_STATE_HOME: the test's own directory.
+    environment = {"XDG_STATE_HOME": str(cwd / "state-home"), **env, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         command,
         cwd=cwd,
@@ -48,14 +49,16 @@ def wrap(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     )
 
 
-def write_config(tmp_path: Path, settings: dict[str, Any]) -> Path:
+def write_config(tmp_path: Path, settings: dict[str, Any], *, state_dir: bool = True) -> Path:
     config = tmp_path / "wrap.yml"
     # The configured address holds no proxy: wrap starts one for the run (on a free port).
-    base = {
+    base: dict[str, Any] = {
         "server": {"port": free_port()},
         "state_dir": str(tmp_path / "state"),
         "logging": {"level": "warning"},
     }
+    if not state_dir:
+        del base["state_dir"]  # the default, ./var
     config.write_text(json.dumps({**base, **settings}))
     return config
 
@@ -119,7 +122,8 @@ def test_any_command_runs_through_a_proxy_started_for_the_run(upstream: FakeUpst
 
 
 def test_the_summary_in_words_says_when_nothing_was_compacted(upstream: FakeUpstream, tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"policy": "improved", "upstream": {"base_url": upstream.base_url}})
+    settings = {"policy": "improved", "upstream": {"base_url": upstream.base_url}}
+    config = write_config(tmp_path, settings, state_dir=False)
     upstream.queue(Reply(body=completion("hello")))
     script = (
         "import os, openai\n"
@@ -132,6 +136,9 @@ def test_the_summary_in_words_says_when_nothing_was_compacted(upstream: FakeUpst
     assert ran.returncode == 0, ran.stderr
     assert "compaction-proxy: 1 requests in session wrap-" in ran.stderr
     assert "nothing was compacted" in ran.stderr and "proxy log: " in ran.stderr
+    # The default state directory (./var) is the proxy's working directory's, not the agent's.
+    assert not (tmp_path / "var").exists()
+    assert (tmp_path / "state-home" / "compaction-proxy" / "wrap" / "var" / "compaction.db").exists()
 
 
 def test_a_url_where_no_proxy_answers_is_one_line(tmp_path: Path) -> None:
