@@ -29,7 +29,7 @@ def builtin_policy_table() -> dict[str, dict[str, Any]]:
             {"auto_compact": {"trigger": 0.8, "prompt": "sre"}},
         ],
     )
-    # The ablation sequence of seed 000, section 4.8: each mechanism added one at a time.
+    # The ablation sequence: each mechanism added one at a time, so each one's effect is measured alone.
     trigger = {"trigger": {"high": 0.75}}
     # The ablation arms keep one mechanism per step: transcripts (on by default) come with `improved`.
     cut = {"target": 0.5, "retained_tail": 0.2, "prompt": "hybrid_v2"}

@@ -42,7 +42,7 @@ class Compacted:
     outcome: PolicyOutcome
     session: str
     messages: int  # the client's messages (neutral)
-    head: dict[str, Any]  # the wire body's top-level fields (for a view: the view's)
+    top_fields: dict[str, Any]  # the wire body's top-level fields (for a view: the view's)
     view_body: dict[str, Any] | None = None  # a large request's view, as its worker wrote it
     session_fork: dict[str, Any] | None = None
     skipped: str | None = None
@@ -94,7 +94,7 @@ class CompactionService:
         self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
         self.background: set[asyncio.Task[None]] = set()
 
-    def named(self, policy: Policy) -> bool:
+    def keeps_session_state(self, policy: Policy) -> bool:
         # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
         # A policy without stages keeps no session state: named only if its events are recorded.
         return bool(policy.stages) or self.record_skipped
@@ -129,7 +129,7 @@ class CompactionService:
         messages = neutral["messages"]
         resolution = None
         digests = self.digests.for_request()
-        if self.named(effective):
+        if self.keeps_session_state(effective):
             explicit = header_value(headers, b"x-session-id")
             root = root_session(neutral, tenant)
             # The conversation's last request: its known prefix is neither counted nor digested again.
@@ -157,7 +157,7 @@ class CompactionService:
             outcome=PolicyOutcome(None, 0, 0),
             session=session,
             messages=len(messages),
-            head=neutral,
+            top_fields=neutral,
             skipped=skipped,
         )
         compacted.outcome = await self._apply(
@@ -202,14 +202,14 @@ class CompactionService:
             body,
             dialect,
             tenant,
-            with_digests=self.named(policy) and not explicit,
+            with_digests=self.keeps_session_state(policy) and not explicit,
             headers=headers,
             restore=restore,
         )
         if inspected.error is not None:
             status, message, param = inspected.error
             raise ProxyError(status, message, param=param)
-        head = inspected.head
+        head = inspected.top_fields
         skipped, notes = inspected.skipped, dict(inspected.notes)
         if inspected.agent is not None:
             window = self.windows.window_for(head.get("model"))
@@ -220,7 +220,7 @@ class CompactionService:
         effective = without_stages(policy) if skip else policy
         resolution = (
             await self.session_of(headers, inspected.root, tenant, policy.name, inspected.digests)
-            if self.named(effective)
+            if self.keeps_session_state(effective)
             else None
         )
         session = resolution.session + ":" + policy.name if resolution else ""
@@ -230,7 +230,7 @@ class CompactionService:
             outcome=PolicyOutcome(None, 0, 0),
             session=session,
             messages=inspected.messages,
-            head=head,
+            top_fields=head,
             skipped=skipped,
             stream=inspected.stream,
             notes=notes,
@@ -253,7 +253,7 @@ class CompactionService:
             effective, headers, tenant, session, resolution, compacted, compute, client_origin
         )
         if compacted.view_body is not None:
-            compacted.head = compacted.view_body
+            compacted.top_fields = compacted.view_body
         return compacted
 
     async def session_of(

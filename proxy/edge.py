@@ -81,7 +81,7 @@ class Edge:
         if self.tracer is not None:
             exchange.trace = self.tracer.begin(scope["headers"])
         provider = (
-            self.providers.named(door.provider)
+            self.providers.by_name(door.provider)
             if door
             else self.providers.for_request(raw_path, scope["headers"])
         )

@@ -59,7 +59,7 @@ class Inspected:
     """What the parent needs to know of a large body before compacting it."""
 
     error: tuple[int, str, str | None] | None = None  # status, message, param
-    head: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
+    top_fields: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
     messages: int = 0
     skipped: str | None = None  # lenient JSON or a malformed history: sent as it came
     root: str = ""
@@ -210,7 +210,7 @@ def _inspect(
         agent=agent,
         agent_tokens=_worker.counter.count_request(neutral).total if agent else 0,
         requested=requested_answer_tokens(neutral),
-        head=head,
+        top_fields=head,
         messages=len(messages),
         skipped=parsed.skipped,
         root=root_session(neutral, tenant),

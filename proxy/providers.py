@@ -51,7 +51,7 @@ class Providers:
     openai: Provider
     anthropic: Provider
 
-    def named(self, name: str) -> Provider:
+    def by_name(self, name: str) -> Provider:
         """The provider a door's row names (``openai`` or ``anthropic``)."""
         provider: Provider = getattr(self, name)
         return provider

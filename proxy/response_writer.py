@@ -18,7 +18,7 @@ one upstream chunk relays); the response counts as started at the first held wri
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.errors import ErrorBody, ProxyError, openai_error_body
 
@@ -26,6 +26,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 # The dialect's in-stream error event for a failure after the response started.
 ErrorEvent = Callable[[ProxyError], bytes]
+ClientStream = TypeVar("ClientStream")
 
 
 def chat_error_event(error: ProxyError) -> bytes:
@@ -54,9 +55,21 @@ class ResponseWriter:
         self.streaming = False  # the body is an event stream
         self.status = 0
         self.body_bytes = 0
-        # A dialect's stream state that outlives one upstream round (its codec is per round).
-        self.stream_state: dict[str, Any] = {}
+        # The client-side stream all upstream rounds of one response share (a codec lives one
+        # round): made by the first round's codec, found by the next (``client_stream``).
+        self._client_stream: object | None = None
         self._held: list[bytes] | None = None  # body writes held to be sent as one
+
+    def client_stream(self, kind: type[ClientStream], make: Callable[[], ClientStream]) -> ClientStream:
+        """The response's client-side stream state (ids, numbering), made by ``make`` on the
+        first round; every later round of the response gets the same object."""
+        if not isinstance(self._client_stream, kind):
+            self._client_stream = make()
+        return self._client_stream
+
+    def use_error_event(self, error_event: ErrorEvent) -> None:
+        """A stream whose error event needs its own state (its ids, its numbering) says so."""
+        self._error_event = error_event
 
     def set_header(self, name: bytes, value: bytes) -> None:
         """Add or replace a header while the response has not started."""
@@ -127,9 +140,7 @@ class ResponseWriter:
             await self.respond(error.status, headers, self._error_body(error))
             return
         if self.streaming:
-            # A dialect's stream may keep state its error event needs (ids, numbering).
-            event = self.stream_state.get("error_event", self._error_event)
-            await self.write(event(error))
+            await self.write(self._error_event(error))
         await self.release_writes()
         self.finished = True
         self._mark_done()

@@ -287,7 +287,7 @@ class CompactingRoute:
                 client_origin=origin,
                 counter=draft.counter,
             )
-            compacted.stream, compacted.notes, compacted.head = parsed.stream, parsed.notes, parsed.body
+            compacted.stream, compacted.notes, compacted.top_fields = parsed.stream, parsed.notes, parsed.body
         draft.compacted = compacted
         exchange = draft.exchange
         record_compaction(exchange, compacted, draft.tenant, draft.route_headers)
@@ -345,7 +345,7 @@ class CompactingRoute:
             requested = draft.dialect.answer_tokens(view)
             draft.loop = LoopPlan(
                 draft.dialect.with_read_tool(view, self.read_max_lines),
-                window=self.windows.window_for(compacted.head.get("model")),
+                window=self.windows.window_for(compacted.top_fields.get("model")),
                 reserve=max(policy_reserve(draft.policy), requested),
                 requested=requested,
                 handles=tuple(outcome.checkpoint.handles),

@@ -21,7 +21,7 @@ def record_compaction(exchange: Exchange, compacted: Compacted, tenant: str, rou
         exchange.skipped = compacted.skipped
         route_headers.append((b"x-compaction-skipped", compacted.skipped.encode("ascii", "replace")))
     exchange.outcome, exchange.tenant, exchange.session = kept_for_event(outcome), tenant, compacted.session
-    exchange.model, exchange.messages_before = compacted.head.get("model"), compacted.messages
+    exchange.model, exchange.messages_before = compacted.top_fields.get("model"), compacted.messages
     exchange.messages_after = len(outcome.messages) if outcome.messages is not None else compacted.messages
     exchange.session_fork = compacted.session_fork
     exchange.dialect_notes = compacted.notes

@@ -2,8 +2,8 @@
 
 In shadow mode the upstream answers the client's original request. With ``shadow.compare``, a
 sampled share of requests whose view differs is also sent upstream in the background, as the
-compacted view; that answer is never returned. The decision signatures of both answers (seed
-003: the next action's tool and its normalized target, such as the path of an edit or the
+compacted view; that answer is never returned. The decision signatures of both answers (the
+next action's tool and its normalized target, such as the path of an edit or the
 command of a shell call, or "final answer") are compared and recorded in the request's
 compaction event and in a divergence metric. Concurrency is bounded; a comparison that cannot
 start is skipped, never queued.

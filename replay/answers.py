@@ -2,7 +2,7 @@
 
 The answer request goes through the proxy like any agent request, so the arm's view is what
 the model sees, and ``read_tool_output`` works exactly where the arm offloads (the proxy
-answers it). The original sandbox is gone (section 4.5): other tool calls get a
+answers it). The original sandbox is gone (a recorded run cannot be re-executed): other tool calls get a
 sandbox-shutdown reply, ``think`` is acknowledged, and ``finish`` carries the final answer.
 
 Grading keeps two verdicts side by side: a deterministic check of the exact items (paths,

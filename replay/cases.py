@@ -1,4 +1,4 @@
-"""Benchmark cases from recorded rows, by the rules of the design's section 4.3.
+"""Benchmark cases from recorded rows, made protocol-clean (every call answered, no orphan result).
 
 A case is the recorded conversation made protocol-clean: null padding removed from messages
 and tool schemas, tool-call arguments checked to be JSON objects, the final unanswered

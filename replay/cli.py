@@ -90,7 +90,9 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", help="comma-separated policy names (default: the replay config's)")
     parser.add_argument("--limit", type=int, help="use the first N usable cases")
     parser.add_argument(
-        "--context-window", type=int, help="force this window (tokens) on every request (section 4.9)"
+        "--context-window",
+        type=int,
+        help="force this window (tokens) on every request (policies compared at a tight window)",
     )
     parser.add_argument("--proxy-url", help="use this running proxy instead of starting one")
     parser.add_argument(

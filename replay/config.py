@@ -2,7 +2,7 @@
 
 Read from a YAML file (``replay run --replay-config FILE``; every key optional) and validated
 before anything starts: a wrong key or type stops the run with a message naming it.
-The gate is declared here, before the run (seed 003: "declare the gate before running").
+The gate is declared here, before the run (a gate chosen after seeing the results proves nothing).
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # The door the steps go through: chat (POST /v1/chat/completions), responses (POST
     # /v1/responses) or anthropic (POST /v1/messages); each case is written in that wire format.
     dialect: str = "chat"
-    # Force a context window (tokens) on every request (section 4.9); null: the proxy's
-    # configured window for `model`.
+    # Force a context window (tokens) on every request (policies compared at a tight
+    # window); null: the proxy's configured window for `model`.
     context_window: int | None = None
     # The model name sent in requests (selects the tokenizer and, unless forced, the window).
     model: str = "gpt-4o"

@@ -1,5 +1,6 @@
 """The injection suite: real trajectories with user turns inserted that state a constraint,
-a correction, a deferred instruction, an approval or a decision (seed 003's state contract).
+a correction, a deferred instruction, an approval or a decision: what the user set, which a
+compaction must keep.
 
 Real SWE runs rarely hold such turns, so the suite adds them: each from a template of its
 family (``replay.injection_templates``) whose fact is an exact token found nowhere else in the

@@ -1,4 +1,4 @@
-"""sre-agent's auto_compact, as shipped (seed 000, section 3.2).
+"""sre-agent's auto_compact, as that agent ships it: one summary of everything before the last user message.
 
 When the estimated context exceeds ``trigger`` x the model's window, everything before the
 last user message (after the system prompt) is replaced by one summary; the last user

@@ -1,4 +1,4 @@
-"""sre-agent's micro_compact, as shipped (seed 000, section 3.2).
+"""sre-agent's micro_compact, as that agent ships it: old tool results cleared to a placeholder.
 
 Tool results from previous turns longer than ``min_chars`` are replaced by a fixed
 placeholder when they fall outside the newest ``max(keep_recent, current-turn results)``

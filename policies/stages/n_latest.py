@@ -1,4 +1,4 @@
-"""N latest history messages, cut where no tool exchange is split (seed 000, section 3.1).
+"""N latest history messages, cut where no tool exchange is split (no call without its result).
 
 N counts history messages: the system prompt, the tool schemas and the current question
 (the last user message; in an agent run that is often the task itself) are outside the

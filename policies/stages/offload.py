@@ -1,4 +1,4 @@
-"""Output offloading with handles (seed 000, section 3.3).
+"""Output offloading with handles: a large output leaves the view but stays readable.
 
 At a compaction point, tool outputs are replaced by a placeholder that names a handle
 (``handle=out_...``) and describes the output in one line (tool, its main argument, size,

@@ -1,4 +1,4 @@
-"""Settled-retry collapse (seed 000, section 3.3).
+"""Settled-retry collapse: failed attempts the agent has moved past leave the view.
 
 A chain is two or more consecutive attempts at the same action (same tool and target)
 where every attempt but the last failed. Once the agent has moved on to something else the

@@ -1,4 +1,4 @@
-"""Step-aware compaction with a retained tail (seed 000, section 3.3).
+"""Step-aware compaction with a retained tail: a summary of old steps, never of a split step.
 
 At a compaction point, if the view is still above the low-water ``target`` after the
 cheaper stages, the history between the task and the retained tail is summarized: the

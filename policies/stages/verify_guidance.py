@@ -1,6 +1,8 @@
-"""Verify guidance (seed 000, section 3.3): once the view refers to saved outputs, a short
-system note tells the model that exact evidence is available and should be read before it
-is quoted. Added once, at a compaction point, then kept byte for byte by the checkpoint."""
+"""Verify guidance, so a model reads exact evidence instead of quoting a summary.
+
+Once the view refers to saved outputs, a short system note tells the model that exact
+evidence is available and should be read before it is quoted.
+Added once, at a compaction point, then kept byte for byte by the checkpoint."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ class AnthropicStream:
 
     def __init__(self, writer: ResponseWriter, is_read_call: Callable[[Any], bool]) -> None:
         self.is_read_call = is_read_call
-        self.relay: Relay = writer.stream_state.setdefault("anthropic", Relay(writer))
+        self.relay: Relay = writer.client_stream(Relay, lambda: Relay(writer))
         self.blocks: dict[int, _Block] = {}
         self._text: list[str] = []  # joined on demand (no quadratic copies)
         self.usage: dict[str, Any] | None = None

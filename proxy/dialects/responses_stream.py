@@ -66,7 +66,7 @@ class ResponsesStream:
     def __init__(self, writer: ResponseWriter, is_read_call: Callable[[Any], bool]) -> None:
         self.writer = writer
         self.is_read_call = is_read_call
-        self.relay: Relay = writer.stream_state.setdefault("responses", Relay(writer))
+        self.relay: Relay = writer.client_stream(Relay, lambda: Relay(writer))
         self._items: dict[int, _Item] = {}
         self._text: list[str] = []  # joined on demand (no quadratic copies)
         self.usage: dict[str, Any] | None = None
@@ -197,7 +197,7 @@ class Relay:
         self.preamble: list[dict[str, Any]] = []
         # The first round's response id and creation time: the client sees one response.
         self.identity: dict[str, Any] = {}
-        writer.stream_state["error_event"] = self.failure_events
+        writer.use_error_event(self.failure_events)
 
     @property
     def output(self) -> list[Any]:

@@ -1,4 +1,4 @@
-"""Questions with programmatic reference answers, by the rules of the design's section 4.4.
+"""Questions with programmatic reference answers.
 
 Every reference is copied from the recorded run or its final patch; no model writes one. A
 question lists the *evidence* its answer depends on: verbatim substrings of the history (of a
@@ -17,8 +17,9 @@ Four kinds, one module each:
   execution.
 - ``error``: the first exception line seen in a tool output or observation.
 
-Five state-contract kinds (seed 003), asked only when a user turn after the task states one
-in a recognised form (the injection suite inserts such turns; real runs rarely have them):
+Five state-contract kinds (what the user set, which a compaction must keep), asked only when a
+user turn after the task states one in a recognised form (the injection suite inserts such
+turns; real runs rarely have them):
 
 - ``constraint``, ``correction``, ``deferred_instruction``, ``approval``, ``decision``: the
   exact fact of the statement (``state_contract``); a correction also names the value it

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # The kinds asked by default: what any recorded run can be asked about.
 KINDS = ("files_changed", "first_edit", "command_output", "error")
-# Seed 003's state contract: what the user set (constraints, corrections, deferred
+# The state contract: what the user set (constraints, corrections, deferred
 # instructions, approvals, decisions). Real runs rarely state them, so these are asked where a
 # user turn states one in a recognised form, which the injection suite (replay.injection) adds.
 STATE_KINDS = ("constraint", "correction", "deferred_instruction", "approval", "decision")

@@ -58,7 +58,6 @@ def test_many_tiny_deltas_cost_one_pass() -> None:
 
 class _Writer:
     started = True
-    stream_state: dict[str, object] = {}
 
     async def write(self, data: bytes) -> None:
         pass
