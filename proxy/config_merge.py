@@ -75,6 +75,9 @@ def builtin_models() -> dict[str, dict[str, Any]]:
     return table
 
 
+_MODEL_FIELDS = ("window", "encoding", "token_factor", "input_price")
+
+
 def merge_models(user: object) -> dict[str, dict[str, Any]]:
     builtin = builtin_models()
     if user is None:
@@ -84,8 +87,8 @@ def merge_models(user: object) -> dict[str, dict[str, Any]]:
     added: dict[str, dict[str, Any]] = {}
     for pattern, fields in user.items():
         if not isinstance(fields, Mapping):
-            raise MergeError(f"`models.{pattern}`: expected a mapping of window, encoding, token_factor")
-        unknown = set(fields) - {"window", "encoding", "token_factor"}
+            raise MergeError(f"`models.{pattern}`: expected a mapping of {', '.join(_MODEL_FIELDS)}")
+        unknown = set(fields) - set(_MODEL_FIELDS)
         if unknown:
             raise MergeError(f"`models.{pattern}.{sorted(unknown)[0]}`: unknown key")
         given = {k: v for k, v in fields.items() if v is not None}

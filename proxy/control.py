@@ -1,4 +1,5 @@
-"""The control plane: health, readiness, metrics and the compaction events API (Litestar).
+"""The control plane: health, readiness, metrics, the compaction events API and the session
+page (Litestar).
 
 Everything under ``/v1`` but ``/v1/compaction/`` is the data plane (``proxy/edge.py``).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -16,6 +18,7 @@ from litestar.params import FromQuery
 
 from proxy.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.session_summary import InputPrices, summarize_sessions
 from proxy.sessions import credentials, explicit_session, tenant_of
 from proxy.settings import Settings
 from proxy.store import Store
@@ -24,6 +27,9 @@ from proxy.store import Store
 def control_routes(
     settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
 ) -> list[HTTPRouteHandler]:
+    prices = InputPrices(settings.models)
+    page = (resources.files("proxy") / "session_page.html").read_bytes()
+
     @get("/", sync_to_thread=False, media_type=MediaType.JSON)
     def root() -> dict[str, str]:
         """What answers here (clients such as Claude Code probe the base URL at start)."""
@@ -45,6 +51,26 @@ def control_routes(
             return Response({"status": "ready"})
         return Response({"status": "starting"}, status_code=503)
 
+    def scope_of(request: Request[Any, Any, Any], tenant: str | None) -> str | Response[Any] | None:
+        """The tenant a caller of the events API sees, or the refusal. With an admin token
+        configured it is required and sees every tenant (``tenant`` filters); without one, a
+        caller sees its own tenant only."""
+        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
+        if settings.server.admin_token:
+            if not hmac.compare_digest(
+                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
+            ):
+                return _refused(401, "The admin token is required.", "authentication_error")
+            return tenant
+        if (
+            not credentials(raw_headers)
+            and (settings.upstream.api_key or settings.anthropic.api_key)
+            and not settings.server.allow_anonymous
+        ):
+            # Anonymous clients are refused on the data plane: they own no events either.
+            return _refused(401, "An API key is required.", "authentication_error")
+        return tenant_of(raw_headers)
+
     @get("/v1/compaction/events", media_type=MediaType.JSON)
     async def compaction_events(
         request: Request[Any, Any, Any],
@@ -57,48 +83,70 @@ def control_routes(
         """Compaction events, oldest first. With an admin token configured it is required and
         sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
         ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
-        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
-        if settings.server.admin_token:
-            if not hmac.compare_digest(
-                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
-            ):
-                return Response(
-                    orjson.loads(error_body("The admin token is required.", type="authentication_error")),
-                    status_code=401,
-                )
-            scope = tenant
-        else:
-            if (
-                not credentials(raw_headers)
-                and (settings.upstream.api_key or settings.anthropic.api_key)
-                and not settings.server.allow_anonymous
-            ):
-                # Anonymous clients are refused on the data plane: they own no events either.
-                return Response(
-                    orjson.loads(error_body("An API key is required.", type="authentication_error")),
-                    status_code=401,
-                )
-            scope = tenant_of(raw_headers)
+        scope = scope_of(request, tenant)
+        if isinstance(scope, Response):
+            return scope
         if session and not session.startswith("s_"):
             if scope is None:
-                return Response(
-                    orjson.loads(
-                        error_body("Pass the tenant with an X-Session-Id.", type="invalid_request_error")
-                    ),
-                    status_code=400,
-                )
+                return _refused(400, "Pass the tenant with an X-Session-Id.", "invalid_request_error")
             session = explicit_session(scope, session)
         found = await store.events(
             scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
         )
         return Response({"object": "list", "data": found})
 
+    @get("/v1/compaction/sessions", media_type=MediaType.JSON)
+    async def compaction_sessions(
+        request: Request[Any, Any, Any],
+        limit: FromQuery[int] = 50,
+        tenant: FromQuery[str | None] = None,
+    ) -> Response[Any]:
+        """The caller's recent sessions, newest first, summed from their newest 5,000 events:
+        model, door, requests, tokens sent and sent upstream, compaction points, reads and the
+        estimated savings (the ``models`` table's ``input_price``)."""
+        scope = scope_of(request, tenant)
+        if isinstance(scope, Response):
+            return scope
+        found = await store.events(scope, limit=5000, newest=True)
+        rows = summarize_sessions(found, prices, limit=max(1, min(limit, 500)))
+        return Response({"object": "list", "data": rows})
+
+    @get("/ui", sync_to_thread=False, media_type=MediaType.HTML, include_in_schema=False)
+    def session_page() -> Response[bytes]:
+        """The session page: self-contained (no request leaves for another host)."""
+        return Response(page, media_type=MediaType.HTML, headers=_PAGE_HEADERS)
+
     @get("/metrics", sync_to_thread=False)
     def metrics_route() -> Response[bytes]:
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    return [root, root_head, healthz, readyz, metrics_route, compaction_events]
+    return [
+        root,
+        root_head,
+        healthz,
+        readyz,
+        metrics_route,
+        compaction_events,
+        compaction_sessions,
+        session_page,
+    ]
+
+
+# The page may load nothing from anywhere but this proxy; its script and style are inline.
+_PAGE_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _refused(status: int, message: str, kind: str) -> Response[Any]:
+    return Response(orjson.loads(error_body(message, type=kind)), status_code=status)
 
 
 # Where each API lives on the proxy, for the hint of a path it does not serve.

@@ -97,6 +97,11 @@ def build_event(
         "details": {k: v for k, v in facts.to_event().items() if k not in ("summary", "trigger")},
         "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
         "view": _compressed_view(outcome),
+        # The session's request number (the checkpoint counts them; null for a policy that
+        # keeps no session state), and at a compaction point which client message each view
+        # message is (-1: one the policy inserted): the session page's timeline and diff.
+        "request": outcome.checkpoint.requests or None,
+        "view_origin": list(outcome.origin) if outcome.trigger and outcome.origin is not None else None,
     }
 
 

@@ -71,6 +71,8 @@ class Exchange:
     model: object = None
     messages_before: int = 0
     messages_after: int = 0
+    # At a compaction point, the view's messages that replace a client message with new text.
+    view_changed: tuple[int, ...] = ()
     offloaded_bytes: int = 0
     reads: LoopResult | None = None
     compare: ShadowCompare | None = None
@@ -116,13 +118,13 @@ def status_class(status: int) -> str:
 
 def kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
     """The outcome as the compaction event needs it once the request is forwarded: without the
-    client's messages or the offloaded texts, and without the view unless this request is a
-    compaction point (whose event holds the view itself)."""
+    client's messages or the offloaded texts, and without the view and where its messages
+    came from unless this request is a compaction point (whose event holds the view itself)."""
     return replace(
         outcome,
         messages=outcome.messages if outcome.trigger else None,
         original=(),
-        origin=None,
+        origin=outcome.origin if outcome.trigger else None,
         offloads={handle: replace(o, content="") for handle, o in outcome.offloads.items()},
     )
 

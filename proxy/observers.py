@@ -128,6 +128,8 @@ class CompactionRecord:
             session_fork=exchange.session_fork,
         )
         event["dialect"] = exchange.route
+        if exchange.view_changed:
+            event["view_changed"] = list(exchange.view_changed)
         if exchange.token_count is not None:
             event["token_count"] = exchange.token_count
         if exchange.dialect_notes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.pipeline import PolicyOutcome
 from proxy.compaction import Compacted
 from proxy.exchange import Exchange, kept_for_event
 
@@ -20,6 +21,8 @@ def record_compaction(exchange: Exchange, compacted: Compacted, tenant: str, rou
         # Lenient JSON, a malformed history, a history the proxy cannot see: sent as it came.
         exchange.skipped = compacted.skipped
         route_headers.append((b"x-compaction-skipped", compacted.skipped.encode("ascii", "replace")))
+    if outcome.trigger:
+        exchange.view_changed = changed_messages(outcome)
     exchange.outcome, exchange.tenant, exchange.session = kept_for_event(outcome), tenant, compacted.session
     exchange.model, exchange.messages_before = compacted.top_fields.get("model"), compacted.messages
     exchange.messages_after = len(outcome.messages) if outcome.messages is not None else compacted.messages
@@ -39,6 +42,19 @@ def record_compaction(exchange: Exchange, compacted: Compacted, tenant: str, rou
     route_headers.append((b"x-compaction-tokens-after", str(outcome.tokens_after).encode()))
     if outcome.trigger is not None:
         route_headers.append((b"x-compaction-trigger", outcome.trigger.encode()))
+
+
+def changed_messages(outcome: PolicyOutcome) -> tuple[int, ...]:
+    """The view's positions that stand for a client message with new text (a placeholder, an
+    excerpt): what the session page's diff marks as changed rather than kept."""
+    view, original, origin = outcome.messages, outcome.original, outcome.origin
+    if view is None or origin is None or not original:
+        return ()
+    return tuple(
+        at
+        for at, (message, index) in enumerate(zip(view, origin, strict=False))
+        if 0 <= index < len(original) and message is not original[index] and message != original[index]
+    )
 
 
 def compaction_attributes(exchange: Exchange) -> dict[str, Any]:

@@ -123,6 +123,8 @@ class ModelSettings(_Section, frozen=True):
     window: Annotated[int, msgspec.Meta(ge=1024)] | None = None
     encoding: EncodingName | None = None
     token_factor: Annotated[float, msgspec.Meta(gt=0.1, le=10)] | None = None
+    # US dollars per million input tokens: the session page's estimated savings (null: none).
+    input_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class TokenSettings(_Section, frozen=True):

@@ -80,6 +80,7 @@ class Store(Protocol):
         policy: str | None = None,
         since: float = 0.0,
         limit: int = 100,
+        newest: bool = False,  # the newest ``limit`` events, newest first
     ) -> list[dict[str, Any]]: ...
     async def expire(self, keep_seconds: float, now: float | None = None) -> int: ...
     async def close(self) -> None: ...
@@ -244,6 +245,7 @@ class SQLiteStore:
         policy: str | None = None,
         since: float = 0.0,
         limit: int = 100,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
         clauses: list[str] = ["time >= ?"]
         values: list[Any] = [since]
@@ -255,7 +257,8 @@ class SQLiteStore:
             # A session's events are stored per policy as "<session>:<policy>".
             clauses.append("(session = ? OR substr(session, 1, ?) = ?)")
             values += [session, len(session) + 1, session + ":"]
-        query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY time, id LIMIT ?"  # noqa: S608
+        order = "time DESC, id DESC" if newest else "time, id"
+        query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"  # noqa: S608
 
         def read(db: sqlite3.Connection) -> list[bytes]:
             return [bytes(row[0]) for row in db.execute(query, (*values, limit))]

@@ -155,12 +155,17 @@ class RedisStore:
         policy: str | None = None,
         since: float = 0.0,
         limit: int = 100,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
         index = f"cpx:ev:{tenant}" if tenant is not None else _ALL
         found: list[dict[str, Any]] = []
         start = 0
         while len(found) < limit:
-            ids: list[Any] = await self.client.zrangebyscore(index, since, "+inf", start=start, num=500)
+            ids: list[Any] = await (
+                self.client.zrevrangebyscore(index, "+inf", since, start=start, num=500)
+                if newest
+                else self.client.zrangebyscore(index, since, "+inf", start=start, num=500)
+            )
             if not ids:
                 break
             start += len(ids)

