@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import httpx
@@ -178,19 +179,29 @@ def test_the_session_page_shows_a_compacting_run(
             route.abort()
 
     page.route("**/*", only_the_proxy)
+    started = time.perf_counter()
     page.goto(origin + "/ui")
+    loaded = time.perf_counter()
     page.fill("#key", KEY)
     page.click("button[type=submit]")
     rows = page.locator("#sessions tbody tr[data-session]")
     rows.first.wait_for()
+    listed = time.perf_counter()
     assert rows.count() == 3
     doors = sorted(page.locator("#sessions tbody tr[data-session] td:nth-child(4)").all_inner_texts())
     assert doors == ["anthropic", "chat", "responses"]
     run_saved = sum(e["tokens_before"] - e["tokens_after"] for e in events)
     assert f"${run_saved * 2.5 / 1e6:.4f}" in page.locator("#sessions tbody").inner_text()
     run_row = page.locator("#sessions tbody tr[data-session]", has_text="chat")
-    run_row.locator("button").click()
+    # Keyboard alone opens a session.
+    run_row.locator("button").focus()
+    page.keyboard.press("Enter")
     page.locator("article.point").first.wait_for()
+    print(
+        f"\nsession page: loaded in {(loaded - started) * 1000:.0f} ms, sessions listed "
+        f"{(listed - loaded) * 1000:.0f} ms after the key, a session of {len(events)} events drawn "
+        f"{(time.perf_counter() - listed) * 1000:.0f} ms after the click"
+    )
     # One point per event on each line, a mark per compaction point and per request with reads.
     assert page.locator("#chart circle.pt-sent").count() == len(events)
     assert page.locator("#chart circle.pt-upstream").count() == len(events)
