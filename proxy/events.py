@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import structlog
 
@@ -95,7 +96,9 @@ def build_event(
         "summary": _summary_record(facts.summary, outcome),
         "read_tool_output": _reads_record(reads),
         "details": {k: v for k, v in facts.to_event().items() if k not in ("summary", "trigger")},
-        "checkpoint": orjson.loads(encode_checkpoint(outcome.checkpoint)),
+        # Already JSON: embedded as it is encoded (msgspec writes ``Raw`` verbatim), not decoded
+        # into objects only to be encoded again when the event is written.
+        "checkpoint": msgspec.Raw(encode_checkpoint(outcome.checkpoint)),
         "view": _compressed_view(outcome),
         # The session's request number (the checkpoint counts them; null for a policy that
         # keeps no session state), and at a compaction point which client message each view
@@ -216,7 +219,7 @@ class EventSink:
         if self.path is None:
             return
         try:
-            await asyncio.to_thread(self._append, orjson.dumps(event) + b"\n")
+            await asyncio.to_thread(self._append, msgspec.json.encode(event) + b"\n")
         except Exception as exc:
             self._failed("file", exc)
 

@@ -98,6 +98,16 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
     return _checkpoint_decoder.decode(data)
 
 
+class _EventBatch:
+    """Events written in one transaction; ``taken`` once the store's thread has its rows."""
+
+    __slots__ = ("taken", "written")
+    written: asyncio.Future[None]  # set by the store right after it makes the batch
+
+    def __init__(self) -> None:
+        self.taken = False
+
+
 class SQLiteStore:
     """``Store`` on SQLite (WAL). One connection, owned by one worker thread."""
 
@@ -111,6 +121,8 @@ class SQLiteStore:
         self._local = threading.local()
         # Handles known to be stored, per tenant: content already stored is not written again.
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._event_rows: list[tuple[Any, ...]] = []
+        self._event_batch: _EventBatch | None = None
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -226,16 +238,31 @@ class SQLiteStore:
         return await self._run(update)
 
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+        """Events are written in batches: one transaction (and one hop to the store's thread)
+        for every event that arrived while the previous batch was being written. Returns
+        once this event is in the database."""
         data = msgspec.json.encode(event)
+        self._event_rows.append(
+            (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data)
+        )
+        batch = self._event_batch
+        if batch is None or batch.taken:
+            batch = self._event_batch = _EventBatch()
+            batch.written = asyncio.ensure_future(self._run(lambda db: self._write_events(db, batch)))
+        await asyncio.shield(batch.written)
 
-        def write(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data),
-            )
-
-        await self._run(write)
+    def _write_events(self, db: sqlite3.Connection, batch: _EventBatch) -> None:
+        # On the store's thread: the batch is closed before its rows are taken, so a row added
+        # after the swap finds it taken and starts the next batch.
+        batch.taken = True
+        rows, self._event_rows = self._event_rows, []
+        if rows:
+            with db:
+                db.executemany(
+                    "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
 
     async def events(
         self,

@@ -141,7 +141,7 @@ class RedisStore:
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
         event_id = event["event_id"]
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(f"cpx:evd:{event_id}", orjson.dumps(event), ex=self.keep)
+            pipe.set(f"cpx:evd:{event_id}", msgspec.json.encode(event), ex=self.keep)
             pipe.zadd(f"cpx:ev:{tenant}", {event_id: float(event["time"])})
             pipe.zadd(_ALL, {event_id: float(event["time"])})
             await pipe.execute()

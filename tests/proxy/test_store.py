@@ -3,9 +3,11 @@ reopen, expired into tombstones; checkpoints round-trip exactly; events filter b
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +119,32 @@ async def test_events_filter_by_tenant_session_and_time(store: SQLiteStore) -> N
     assert [e["event_id"] for e in await store.events("t", session="s0")] == ["e0", "e2", "e4"]
     assert [e["event_id"] for e in await store.events("t", since=3.0)] == ["e3", "e4"]
     assert len(await store.events(None)) == 6
+    await store.close()
+
+
+async def test_events_arriving_together_are_written_in_batches_and_each_caller_waits_for_its_own(
+    store: SQLiteStore,
+) -> None:
+    """Events that arrive while a batch is being written go in the next one: every call
+    returns once its event is stored, with far fewer transactions than events."""
+    batches: list[int] = []
+    write = store._write_events
+
+    def counted(db: Any, batch: Any) -> None:
+        batches.append(len(store._event_rows))
+        write(db, batch)
+
+    store._write_events = counted  # type: ignore[method-assign]
+
+    async def add(i: int) -> bool:
+        await store.add_event("t", "s", {"event_id": f"e{i}", "time": float(i), "policy": "p"})
+        return f"e{i}" in {e["event_id"] for e in await store.events("t", limit=1000)}
+
+    assert all(await asyncio.gather(*(add(i) for i in range(200))))
+    assert [e["event_id"] for e in await store.events("t", limit=1000)] == [f"e{i}" for i in range(200)]
+    assert sum(batches) == 200 and len([b for b in batches if b]) < 50
+    newest = await store.events("t", limit=3, newest=True)
+    assert [e["event_id"] for e in newest] == ["e199", "e198", "e197"]
     await store.close()
 
 
