@@ -16,6 +16,8 @@ from litestar.exceptions import NotFoundException
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.api_docs import openapi_config
+from proxy.canary_runtime import CanaryArms, CanaryJudge, CanaryPrices, CanaryRecord
+from proxy.canary_store import make_canary_book
 from proxy.compaction import CompactionService
 from proxy.control import control_routes, not_found
 from proxy.dialects import DOORS, Dialect, make_dialects
@@ -127,6 +129,8 @@ class AppParts:
     observers: list[Observer]
     # Tracing on: the observer that exports each request's spans (flushed at shutdown).
     span_export: TraceExport | None = None
+    # Canary mode: the gate's judge, run in the background.
+    canary_judge: CanaryJudge | None = None
 
     @classmethod
     def build(
@@ -184,13 +188,21 @@ class AppParts:
             limits=loop_limits(settings),
             read_max_lines=settings.read_tool.max_lines,
         )
-        route = make_route(settings, policies, dialects, service, loops, shadow)
+        book = make_canary_book(store)
+        arms = CanaryArms(settings.canary, book)
+        route = make_route(settings, policies, dialects, service, loops, shadow, arms)
         events = EventSink(
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
         span_export = make_span_export(settings.tracing, log)
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
+        observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), log))
+        judge = (
+            CanaryJudge(settings.canary, book, arms, metrics, events, log)
+            if settings.mode == "canary"
+            else None
+        )
         return cls(
             counter=counter,
             policies=policies,
@@ -208,6 +220,7 @@ class AppParts:
             finishers=[TokenCalibration(factors, dialects)],
             observers=observers,
             span_export=span_export,
+            canary_judge=judge,
         )
 
     def edge(self, settings: Settings, log: Any) -> Edge:
@@ -232,6 +245,7 @@ def make_route(
     service: CompactionService,
     loops: LoopRunner,
     shadow: ShadowComparer,
+    canary: CanaryArms | None = None,
 ) -> CompactingRoute:
     return CompactingRoute(
         dialects=dialects,
@@ -246,6 +260,7 @@ def make_route(
         shadow=shadow,
         loops=loops,
         read_max_lines=settings.read_tool.max_lines,
+        canary=canary,
     )
 
 

@@ -151,6 +151,14 @@ def _events(args: argparse.Namespace) -> int:
     return run_events(args, settings, make_store(settings))
 
 
+def _canary(args: argparse.Namespace) -> int:
+    from proxy.canary_cli import run_canary
+    from proxy.store_factory import make_store
+
+    settings = _load(args)
+    return run_canary(args, settings, make_store(settings))
+
+
 # Commands that live in other packages, registered by name and imported only when asked for,
 # so that `serve` never loads them (a test checks it).
 EXTENSIONS: dict[str, tuple[str, str]] = {
@@ -184,6 +192,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
     events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
     events.set_defaults(run=_events)
+    canary = commands.add_parser(
+        "canary",
+        help="the canary's arms side by side and the gate's verdict (status), or lift a pause (resume)",
+    )
+    canary.add_argument("action", choices=("status", "resume"))
+    canary.add_argument("--config", help="YAML settings file (locates the store)")
+    canary.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    canary.set_defaults(run=_canary)
     health = commands.add_parser(
         "healthcheck", help="exit 0 if the proxy of this configuration answers /readyz (for containers)"
     )

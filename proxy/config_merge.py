@@ -75,7 +75,15 @@ def builtin_models() -> dict[str, dict[str, Any]]:
     return table
 
 
-_MODEL_FIELDS = ("window", "encoding", "token_factor", "input_price")
+_MODEL_FIELDS = (
+    "window",
+    "encoding",
+    "token_factor",
+    "input_price",
+    "cached_input_price",
+    "cache_write_price",
+    "output_price",
+)
 
 
 def merge_models(user: object) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from policies.pipeline import PolicyOutcome
+from proxy.canary_outcome import AnswerCapture
 from proxy.errors import ProxyError
 from proxy.tracing import RequestTrace
 
@@ -89,6 +90,12 @@ class Exchange:
     extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     # The request's trace (proxy/tracing.py) when tracing is on, else None.
     trace: RequestTrace | None = None
+    # Canary mode: the session's arm and key, what the relay kept of the answer, and the tool
+    # calls of the agent's last step it had made before.
+    arm: str | None = None
+    canary_key: str = ""
+    canary_capture: AnswerCapture | None = None
+    repeats: int = 0
 
     def mark_responded(self) -> None:
         self.responded = True

@@ -80,6 +80,8 @@ class Lifecycle:
         self._spawn(self.expire_forever())
         if parts.span_export is not None:
             self._spawn(parts.span_export.export_forever())
+        if parts.canary_judge is not None:
+            self._spawn(parts.canary_judge.judge_forever())
         trim = malloc_trim() if settings.server.malloc_trim_seconds > 0 else None
         if trim is not None:
             self._spawn(trim_forever(trim, settings.server.malloc_trim_seconds))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (
@@ -75,6 +75,12 @@ class Metrics:
     summaries: Counter
     summary_seconds: Histogram
     shadow_compares: Counter
+    canary_requests: Counter
+    canary_tokens: Counter
+    canary_outcomes: Counter
+    canary_cost: Counter
+    canary_rollbacks: Counter
+    canary_paused: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -85,6 +91,7 @@ class Metrics:
         self._register_compaction()
         self._register_summarizer()
         self._register_shadow()
+        self._register_canary()
 
     def _register_requests(self) -> None:
         """Requests answered, errors and where the time went."""
@@ -231,6 +238,49 @@ class Metrics:
             "Shadow comparisons of the next decision, real answer vs compacted view: same, diverged, error.",
             ("policy", "result"),
             registry=self.registry,
+        )
+
+    def _register_canary(self) -> None:
+        """Canary mode: what each arm's requests came to, and the gate's pauses."""
+        r = self.registry
+        self.canary_requests = Counter(
+            "compaction_proxy_canary_requests",
+            "Canary requests by arm (treated, holdout) and door.",
+            ("arm", "route"),
+            registry=r,
+        )
+        self.canary_tokens = Counter(
+            "compaction_proxy_canary_tokens",
+            "Tokens the upstream reported per arm: prompt, cached (read from the prompt cache), "
+            "cache_write, output.",
+            ("arm", "kind"),
+            registry=r,
+        )
+        self.canary_outcomes = Counter(
+            "compaction_proxy_canary_outcomes",
+            "What canary requests came to, per arm: context_error, upstream_error, read "
+            "(read_tool_output call), repeat (a tool call the agent made again), agent_compaction, "
+            "final_answer, tool_call.",
+            ("arm", "outcome"),
+            registry=r,
+        )
+        self.canary_cost = Counter(
+            "compaction_proxy_canary_cost",
+            "Effective cost per arm: US dollars where the models table has prices, else full-price "
+            "input tokens.",
+            ("arm",),
+            registry=r,
+        )
+        self.canary_rollbacks = Counter(
+            "compaction_proxy_canary_rollbacks",
+            "Times the canary gate paused the policy (new sessions to the holdout).",
+            registry=r,
+        )
+        self.canary_paused = Gauge(
+            "compaction_proxy_canary_paused",
+            "1 while the canary is paused by its gate.",
+            registry=r,
+            multiprocess_mode="max",
         )
 
     def render(self) -> bytes:

@@ -128,6 +128,8 @@ class CompactionRecord:
             session_fork=exchange.session_fork,
         )
         event["dialect"] = exchange.route
+        if exchange.arm is not None:
+            event["arm"] = exchange.arm
         if exchange.view_changed:
             event["view_changed"] = list(exchange.view_changed)
         if exchange.token_count is not None:

@@ -59,6 +59,7 @@ async def relay(
         error_event=error_event,
         error_body=error_body,
         mark_done=exchange.mark_responded,
+        capture=exchange.canary_capture,
     )
     try:
         out_headers = client_response_headers(response.headers.raw)

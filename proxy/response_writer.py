@@ -18,7 +18,7 @@ one upstream chunk relays); the response counts as started at the first held wri
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from proxy.errors import ErrorBody, ProxyError, openai_error_body
 
@@ -27,6 +27,12 @@ Headers = list[tuple[bytes, bytes]]
 # The dialect's in-stream error event for a failure after the response started.
 ErrorEvent = Callable[[ProxyError], bytes]
 ClientStream = TypeVar("ClientStream")
+
+
+class Capture(Protocol):
+    """Something that keeps what the client is sent (the canary's answer capture)."""
+
+    def take(self, chunk: bytes) -> None: ...
 
 
 def chat_error_event(error: ProxyError) -> bytes:
@@ -43,8 +49,10 @@ class ResponseWriter:
         error_event: ErrorEvent = chat_error_event,
         error_body: ErrorBody = openai_error_body,
         mark_done: Callable[[], None] = lambda: None,
+        capture: Capture | None = None,
     ) -> None:
         self._send = send
+        self._capture = capture
         self._error_body = error_body
         self.extra_headers = list(extra_headers or [])
         self._error_event = error_event
@@ -98,6 +106,8 @@ class ResponseWriter:
         await self._flush_start()
         if chunk:
             self.body_bytes += len(chunk)
+            if self._capture is not None:
+                self._capture.take(chunk)
             if self._held is not None:
                 self._held.append(chunk)
                 return
@@ -118,6 +128,8 @@ class ResponseWriter:
         await self.release_writes()
         await self._flush_start()
         self.body_bytes += len(last)
+        if self._capture is not None and last:
+            self._capture.take(last)
         self.finished = True
         self._mark_done()
         await self._send({"type": "http.response.body", "body": last, "more_body": False})

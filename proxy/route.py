@@ -25,6 +25,8 @@ from policies.handles import names_a_handle
 from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.agent_compaction import agent_compaction, passes_as_sent
+from proxy.canary_outcome import TOOL_MARKERS, AnswerCapture, repeated_calls
+from proxy.canary_runtime import CanaryArms
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
@@ -37,14 +39,14 @@ from proxy.providers import Provider
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.route_facts import compaction_attributes, record_compaction
-from proxy.sessions import tenant_of
+from proxy.sessions import root_session, tenant_of
 from proxy.shadow import ShadowComparer
 from proxy.token_factors import ScaledWindows
 from proxy.upstream import Upstream
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
-MODES = ("enforce", "shadow", "off")
+MODES = ("enforce", "shadow", "canary", "off")
 # Bytes of a relayed answer kept to read the prompt tokens it reports (a stream reports them in
 # its first event; a JSON answer at its end).
 HEAD_LIMIT = 256 * 1024
@@ -100,6 +102,7 @@ class CompactingRoute:
         shadow: ShadowComparer,
         loops: LoopRunner,
         read_max_lines: int,
+        canary: CanaryArms | None = None,
     ) -> None:
         self.dialects = dialects
         self.policies = policies
@@ -113,10 +116,12 @@ class CompactingRoute:
         self.shadow = shadow
         self.loops = loops
         self.read_max_lines = read_max_lines
+        self.canary = canary
         self._valid_policies = ", ".join(sorted(policies))
         self.steps: tuple[Step, ...] = (
             self.choose,
             self.read,
+            self.assign_arm,
             self.let_agent_compaction_pass,
             self.compact,
             self.render,
@@ -147,6 +152,7 @@ class CompactingRoute:
                 error_event=dialect.error_event,
                 error_body=draft.provider.error_body,
                 mark_done=exchange.mark_responded,
+                capture=exchange.canary_capture,
             )
             plan, draft.loop = draft.loop, None
             await self.loops.serve(
@@ -228,6 +234,30 @@ class CompactingRoute:
             draft.parsed.notes["restored_read_rounds"] = restored
             draft.restored = data
         draft.skipped = draft.parsed.skipped
+        return True
+
+    async def assign_arm(self, draft: Draft) -> bool:
+        """Canary mode: the session's arm. The holdout goes as the client sent it (as ``full``
+        forwards it); the treated arm is compacted as in enforce mode."""
+        if draft.mode != "canary":
+            return True
+        exchange, parsed = draft.exchange, draft.parsed
+        explicit = header_value(draft.headers, b"x-session-id")
+        key = explicit.decode("latin-1") if explicit else None
+        if key is None and parsed is not None:
+            key = root_session(parsed.neutral, draft.tenant)
+        # A body only a worker process reads, sent without a session id, stays in the holdout.
+        arm = await self.canary.arm_for(draft.tenant, key) if key and self.canary else "holdout"
+        exchange.arm, exchange.canary_key = arm, f"{draft.tenant}\x1f{key}"
+        exchange.canary_capture = AnswerCapture(TOOL_MARKERS.get(draft.dialect.name, b"\x00"))
+        if parsed is not None:
+            exchange.repeats = repeated_calls(parsed.neutral.get("messages") or [])
+        draft.route_headers.append((b"x-compaction-arm", arm.encode()))
+        if arm == "holdout":
+            exchange.policy = "off"
+            draft.parsed = None
+            return False
+        draft.mode = exchange.mode = "enforce"
         return True
 
     async def let_agent_compaction_pass(self, draft: Draft) -> bool:

@@ -22,6 +22,7 @@ from policies.builtin_policies import builtin_policy_table
 from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
+from proxy.canary import CanarySettings
 from proxy.config_merge import (
     DEFAULT_MODEL_FACTORS,
     MergeError,
@@ -32,7 +33,7 @@ from proxy.config_merge import (
 from proxy.tracing import TracingSettings
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
-Mode = Literal["enforce", "shadow", "off"]
+Mode = Literal["enforce", "shadow", "canary", "off"]
 
 ENV_CONFIG = "COMPACTION_PROXY_CONFIG"
 ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
@@ -123,8 +124,11 @@ class ModelSettings(_Section, frozen=True):
     window: Annotated[int, msgspec.Meta(ge=1024)] | None = None
     encoding: EncodingName | None = None
     token_factor: Annotated[float, msgspec.Meta(gt=0.1, le=10)] | None = None
-    # US dollars per million input tokens: the session page's estimated savings (null: none).
+    # US dollars per million tokens: the session page's savings and the canary's cost (null: none).
     input_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    cached_input_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    cache_write_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    output_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class TokenSettings(_Section, frozen=True):
@@ -270,6 +274,7 @@ class Settings(_Section, frozen=True):
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
     tracing: TracingSettings = msgspec.field(default_factory=TracingSettings)
+    canary: CanarySettings = msgspec.field(default_factory=CanarySettings)
 
     def __post_init__(self) -> None:
         for name in self.policies:

@@ -1,0 +1,238 @@
+"""The canary at run time: which arm a request is in, what it came to, and the gate's judge.
+
+- ``CanaryArms`` (the route asks it): the session's arm by hash; while paused, a session is
+  treated only if the book already has it treated (sessions in flight keep their arm).
+- ``CanaryRecord`` (an observer): the request's figures (usage as the provider reported it,
+  errors, reads, repeated calls, the agent's own compaction, how the answer ended, its cost)
+  into the metrics and, in the background, into the session's figures in the book.
+- ``CanaryJudge``: every ``evaluate_every_seconds`` the figures since the epoch, split by arm
+  and judged; on a breach it pauses (first replica wins), records a rollback event with the
+  figures, counts it and logs one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.canary import CanarySettings, Prices, Usage, arm_of, judge, split_arms
+from proxy.canary_outcome import TOOL_MARKERS, add_usage, is_context_error, usage_objects, usage_of
+from proxy.canary_store import CanaryBook
+from proxy.events import EventSink
+from proxy.exchange import Exchange
+from proxy.metrics import Metrics
+from proxy.session_summary import InputPrices
+from proxy.settings import Settings
+
+# Without prices, the cost is in full-price input tokens with each provider's usual ratios.
+_RATIOS = {"anthropic": (0.1, 1.25)}
+_DEFAULT_RATIOS = (0.5, 1.0)
+_TOKEN_KINDS = (("prompt", "prompt"), ("cached", "cached"), ("cache_write", "written"), ("output", "output"))
+
+
+class CanaryArms:
+    def __init__(self, settings: CanarySettings, book: CanaryBook) -> None:
+        self.settings = settings
+        self.book = book
+        self.paused = False
+        self.epoch = 0.0
+
+    def observe_state(self, state: Mapping[str, Any]) -> None:
+        self.paused = bool(state.get("paused"))
+        self.epoch = float(state.get("epoch") or 0.0)
+
+    async def arm_for(self, tenant: str, session: str) -> str:
+        arm = arm_of(self.settings.salt, tenant, session, self.settings.share)
+        if arm == "treated" and self.paused:
+            return "treated" if await self.book.arm(f"{tenant}\x1f{session}") == "treated" else "holdout"
+        return arm
+
+
+class CanaryPrices:
+    """Each model's four prices from the ``models`` table (first pattern that sets each)."""
+
+    def __init__(self, settings: Settings) -> None:
+        models = settings.models
+        self._lookups = {
+            name: InputPrices({p: _with_input(e, getattr(e, name)) for p, e in models.items()})
+            for name in ("input_price", "cached_input_price", "cache_write_price", "output_price")
+        }
+
+    def of(self, model: object) -> Prices:
+        get = {name: lookup.per_million(model) for name, lookup in self._lookups.items()}
+        return Prices(
+            get["input_price"], get["cached_input_price"], get["cache_write_price"], get["output_price"]
+        )
+
+
+def _with_input(entry: Any, value: float | None) -> Any:
+    return type(entry)(input_price=value)
+
+
+def request_figures(exchange: Exchange, prices: Prices) -> tuple[dict[str, float], str | None]:
+    """The request's figures (``proxy.canary.COUNTED``) and how its answer ended."""
+    usage, tool_call, body = Usage(), False, b""
+    door = exchange.route
+    reads = exchange.reads
+    if reads is not None:
+        for round_usage in reads.usage_per_round:
+            usage = add_usage(usage, usage_of(door, [round_usage]))
+        tool_call = TOOL_MARKERS.get(door, b"\x00") in _final_bytes(reads.final_answer)
+    capture = exchange.canary_capture
+    if capture is not None:
+        # What the client was sent: its usage counts unless the read loop's rounds did.
+        body = capture.raw()
+        if reads is None or not reads.usage_per_round:
+            usage = add_usage(usage, usage_of(door, usage_objects(body)))
+        tool_call = tool_call or capture.tool_call
+    failed = exchange.status != 200 or exchange.error is not None
+    context = failed and is_context_error(exchange.status, body)
+    cached_ratio, write_ratio = _RATIOS.get(door, _DEFAULT_RATIOS)
+    counted = {
+        "requests": 1,
+        "prompt": usage.prompt,
+        "cached": usage.cached,
+        "written": usage.written,
+        "output": usage.output,
+        "context_errors": int(context),
+        "errors": int(failed and not context),
+        "reads": len(reads.reads) if reads is not None else 0,
+        "repeats": exchange.repeats,
+        "agent_compactions": int("agent_compaction" in exchange.dialect_notes),
+        "cost": prices.cost(usage, cached_ratio=cached_ratio, write_ratio=write_ratio),
+    }
+    ending = None if failed else ("tool" if tool_call else "final")
+    return counted, ending
+
+
+def _final_bytes(answer: Any) -> bytes:
+    return orjson.dumps(answer) if answer is not None else b""
+
+
+class CanaryRecord:
+    def __init__(self, metrics: Metrics, book: CanaryBook, prices: CanaryPrices, log: Any) -> None:
+        self.metrics = metrics
+        self.book = book
+        self.prices = prices
+        self.log = log
+        self.pending: set[asyncio.Task[None]] = set()
+
+    def observe(self, exchange: Exchange) -> None:
+        arm = exchange.arm
+        if arm is None:
+            return
+        counted, ending = request_figures(exchange, self.prices.of(exchange.model))
+        m = self.metrics
+        m.canary_requests.labels(arm, exchange.route).inc()
+        for kind, key in (
+            ("prompt", "prompt"),
+            ("cached", "cached"),
+            ("cache_write", "written"),
+            ("output", "output"),
+        ):
+            if counted[key]:
+                m.canary_tokens.labels(arm, kind).inc(counted[key])
+        for outcome, key in (
+            ("context_error", "context_errors"),
+            ("upstream_error", "errors"),
+            ("read", "reads"),
+            ("repeat", "repeats"),
+            ("agent_compaction", "agent_compactions"),
+        ):
+            if counted[key]:
+                m.canary_outcomes.labels(arm, outcome).inc(counted[key])
+        if ending is not None:
+            m.canary_outcomes.labels(arm, "final_answer" if ending == "final" else "tool_call").inc()
+        m.canary_cost.labels(arm).inc(counted["cost"])
+        task = asyncio.ensure_future(self._add(exchange.canary_key, arm, counted, ending))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _add(self, key: str, arm: str, counted: dict[str, float], ending: str | None) -> None:
+        try:
+            await self.book.add(key, arm, counted, ending, time.time())
+        except Exception as exc:  # a lost figure is logged, never a failed request
+            self.log.warning("canary_record_failed", error=type(exc).__name__)
+
+
+async def canary_report(book: CanaryBook, settings: CanarySettings, now: float) -> dict[str, Any]:
+    """The arms side by side since the epoch, the gate's verdict, and the pause."""
+    state = await book.state()
+    arms = split_arms(await book.sessions(float(state.get("epoch") or 0.0)))
+    verdict = judge(arms, settings.gate)
+    return {
+        "time": now,
+        "share": settings.share,
+        "epoch": state.get("epoch") or 0.0,
+        "paused": state.get("paused"),
+        "verdict": verdict.state,
+        "checks": [c.as_dict() for c in verdict.checks],
+        "arms": {name: arm.summary(now, settings.idle_seconds) for name, arm in arms.items()},
+        "min_sessions": settings.gate.min_sessions,
+    }
+
+
+class CanaryJudge:
+    def __init__(
+        self,
+        settings: CanarySettings,
+        book: CanaryBook,
+        arms: CanaryArms,
+        metrics: Metrics,
+        events: EventSink,
+        log: Any,
+    ) -> None:
+        self.settings = settings
+        self.book = book
+        self.arms = arms
+        self.metrics = metrics
+        self.events = events
+        self.log = log
+
+    async def evaluate(self) -> dict[str, Any]:
+        report = await canary_report(self.book, self.settings, time.time())
+        if report["verdict"] == "breach" and not report["paused"]:
+            record = {
+                "time": report["time"],
+                "reason": [c["check"] for c in report["checks"] if c["breached"]],
+                "checks": report["checks"],
+                "arms": report["arms"],
+            }
+            if await self.book.pause(record):
+                self._rolled_back(record)
+            report["paused"] = (await self.book.state()).get("paused")
+        self.arms.observe_state({"paused": report["paused"], "epoch": report["epoch"]})
+        self.metrics.canary_paused.set(1 if report["paused"] else 0)
+        return report
+
+    def _rolled_back(self, record: dict[str, Any]) -> None:
+        self.metrics.canary_rollbacks.inc()
+        self.log.warning(
+            "canary_paused",
+            reason=",".join(record["reason"]),
+            sessions={arm: figures["sessions"] for arm, figures in record["arms"].items()},
+        )
+        self.events.emit(
+            {
+                "schema_version": 1,
+                "event_id": "ev_canary_" + str(int(record["time"] * 1000)),
+                "time": record["time"],
+                "tenant": "-",
+                "session": "canary",
+                "kind": "canary_rollback",
+                "policy": "canary",
+                **record,
+            }
+        )
+
+    async def judge_forever(self) -> None:
+        while True:
+            try:
+                await self.evaluate()
+            except Exception as exc:  # judged again at the next interval
+                self.log.warning("canary_judge_failed", error=type(exc).__name__)
+            await asyncio.sleep(self.settings.evaluate_every_seconds)

@@ -1,0 +1,118 @@
+"""The canary's pure parts: arms, the providers' usage shapes per door, intervals, the gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.canary import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
+from proxy.canary_outcome import AnswerCapture, is_context_error, repeated_calls, usage_objects, usage_of
+from proxy.canary_stats import mean_difference, share_difference, wilson
+
+
+def test_arms_are_sticky_and_split_near_the_share() -> None:
+    arms = [arm_of("salt", "t_1", f"session-{i}", 0.1) for i in range(5000)]
+    assert 400 <= arms.count("treated") <= 600
+    assert arms == [arm_of("salt", "t_1", f"session-{i}", 0.1) for i in range(5000)]
+    assert arm_of("salt", "t_1", "s", 0.0) == "holdout" and arm_of("salt", "t_1", "s", 1.0) == "treated"
+
+
+def test_usage_is_read_from_each_providers_own_shape() -> None:
+    chat = {
+        "usage": {
+            "prompt_tokens": 2006,
+            "completion_tokens": 300,
+            "prompt_tokens_details": {"cached_tokens": 1920},
+        }
+    }
+    assert usage_of("chat", usage_objects(orjson.dumps(chat))) == Usage(2006, 1920, 0, 300)
+    responses = {
+        "type": "response.completed",
+        "response": {
+            "usage": {
+                "input_tokens": 5000,
+                "input_tokens_details": {"cached_tokens": 4096},
+                "output_tokens": 80,
+            }
+        },
+    }
+    stream = b"event: response.completed\ndata: " + orjson.dumps(responses) + b"\n\n"
+    assert usage_of("responses", usage_objects(stream)) == Usage(5000, 4096, 0, 80)
+    start = {
+        "type": "message_start",
+        "message": {
+            "usage": {
+                "input_tokens": 12,
+                "cache_read_input_tokens": 9000,
+                "cache_creation_input_tokens": 500,
+                "output_tokens": 1,
+            }
+        },
+    }
+    delta = {"type": "message_delta", "usage": {"output_tokens": 250}}
+    events = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in (start, delta))
+    assert usage_of("anthropic", usage_objects(events)) == Usage(9512, 9000, 500, 250)
+
+
+def test_the_capture_keeps_both_ends_and_sees_a_tool_call_in_the_middle() -> None:
+    capture = AnswerCapture(b'"tool_calls"')
+    capture.take(b"a" * 70_000)
+    capture.take(b'{"tool_calls":[]}')
+    capture.take(b"b" * 200_000 + b'"usage":{"prompt_tokens":7}')
+    raw = capture.raw()
+    assert capture.tool_call and raw.startswith(b"a") and raw.endswith(b"7}") and len(raw) <= 2 * 64 * 1024
+
+
+def test_context_errors_in_each_providers_words() -> None:
+    assert is_context_error(400, b'{"error":{"code":"context_length_exceeded"}}')
+    assert is_context_error(400, b'{"type":"error","error":{"message":"prompt is too long: 210000 tokens"}}')
+    assert not is_context_error(400, b'{"error":{"message":"bad tool schema"}}')
+    assert not is_context_error(500, b"context_length_exceeded")
+
+
+def test_a_repeated_tool_call_is_counted_once_it_recurs() -> None:
+    def call(arguments: str) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "tool_calls": [{"id": "x", "function": {"name": "bash", "arguments": arguments}}],
+        }
+
+    messages = [call('{"cmd": "ls"}'), {"role": "tool", "content": "a"}, call('{"cmd":  "ls"}')]
+    assert repeated_calls(messages) == 1
+    assert repeated_calls(messages[:1]) == 0
+
+
+def test_intervals() -> None:
+    low, high = wilson(0, 200)
+    assert low == 0 and 0.015 < high < 0.02
+    estimate, (lower, upper) = share_difference(50, 100, 0, 100)
+    assert estimate == 0.5 and lower > 0.3 and upper < 0.65
+    estimate, (lower, upper) = mean_difference([2.0] * 50, [1.0] * 50, ratio=1.5)
+    assert estimate == 0.5 and lower == upper == 0.5
+
+
+def arm(name: str, sessions: int, **figures: float) -> ArmFigures:
+    return ArmFigures(name, [{"arm": name, "requests": 5, "cost": 1.0, **figures} for _ in range(sessions)])
+
+
+def test_the_gate_waits_passes_and_breaches() -> None:
+    gate = CanaryGate(min_sessions=30)
+    assert judge({"treated": arm("treated", 10), "holdout": arm("holdout", 40)}, gate).state == "waiting"
+    healthy = judge({"treated": arm("treated", 60, cost=0.5), "holdout": arm("holdout", 60)}, gate)
+    assert healthy.state == "pass", healthy
+    errors = judge({"treated": arm("treated", 40, context_errors=2), "holdout": arm("holdout", 40)}, gate)
+    assert [c.name for c in errors.breached] == ["context_error_share"]
+    rereads = judge({"treated": arm("treated", 60, reads=4), "holdout": arm("holdout", 60, repeats=1)}, gate)
+    assert [c.name for c in rereads.breached] == ["reacquisitions_per_session"]
+    costly = judge({"treated": arm("treated", 60, cost=2.0), "holdout": arm("holdout", 60)}, gate)
+    assert [c.name for c in costly.breached] == ["cost_per_session"]
+
+
+def test_cost_in_dollars_with_prices_else_in_input_tokens() -> None:
+    usage = Usage(prompt=1_000_000, cached=500_000, written=0, output=100_000)
+    assert (
+        Prices(2.5, 1.25, None, 10.0).cost(usage, cached_ratio=0.5, write_ratio=1.0)
+        == 2.5 * 0.5 + 1.25 * 0.5 + 1.0
+    )
+    assert Prices().cost(usage, cached_ratio=0.5, write_ratio=1.0) == 500_000 + 250_000 + 400_000
