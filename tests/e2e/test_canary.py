@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.e2e.test_read_tool_output import history
 from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion
@@ -82,6 +83,10 @@ def status(proxy: Any) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+def metrics_of(proxy: Any) -> str:
+    return httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+
+
 def wait_for(condition: Any, seconds: float = 15.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -94,6 +99,7 @@ def wait_for(condition: Any, seconds: float = 15.0) -> None:
 def test_sessions_split_and_stay_in_their_arm_across_two_replicas(
     start_proxy: Any, upstream: FakeUpstream, redis_url: str
 ) -> None:
+    redis.Redis.from_url(redis_url).flushall()  # the Redis server is shared by the session's tests
     config = {**canary_config(), "store": {"backend": "redis", "redis_url": redis_url}}
     first, second = start_proxy(config), start_proxy(config)
     upstream.queue(*[Reply(dynamic=cached_usage) for _ in range(400)])
@@ -139,26 +145,49 @@ def context_errors_for_compacted_views(request: Recorded) -> Reply:
     return cached_usage(request)
 
 
+@pytest.fixture(params=["sqlite", "redis-two-replicas"])
+def replicas(request: pytest.FixtureRequest, start_proxy: Any) -> list[Any]:
+    if request.param == "sqlite":
+        return [start_proxy(canary_config())]
+    url = request.getfixturevalue("redis_url")
+    redis.Redis.from_url(url).flushall()  # the Redis server is shared by the session's tests
+    store = {"backend": "redis", "redis_url": url}
+    return [start_proxy({**canary_config(), "store": store}) for _ in range(2)]
+
+
 def test_the_gate_pauses_the_policy_when_the_treated_arm_gets_context_errors(
-    start_proxy: Any, upstream: FakeUpstream
+    replicas: list[Any], upstream: FakeUpstream
 ) -> None:
-    proxy = start_proxy(canary_config())
+    proxy = replicas[0]
     upstream.queue(*[Reply(dynamic=context_errors_for_compacted_views) for _ in range(200)])
     arms: dict[str, str] = {}
     for i in range(60):
         session = f"long-{i}"
-        answer = ask(proxy, session, history(f"RUN{i}"))
+        answer = ask(replicas[i % len(replicas)], session, history(f"RUN{i}"))
         arms[session] = answer.headers["x-compaction-arm"]
         assert answer.status_code == (400 if arms[session] == "treated" else 200)
     wait_for(lambda: status(proxy)[1]["paused"] is not None)
     code, report = status(proxy)
     assert code == 3 and "context_error_share" in report["paused"]["reason"]
+    table = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "canary", "status", "--config", str(proxy.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
+    print("\n" + table)
+    assert "PAUSED" in table and "BREACH" in table
     assert report["arms"]["treated"]["context_errors"] == sum(a == "treated" for a in arms.values())
-    # New sessions go to the holdout; a session already treated keeps its arm.
-    fresh = [ask(proxy, f"new-{i}", small(f"new-{i}", 1)).headers["x-compaction-arm"] for i in range(20)]
-    assert fresh == ["holdout"] * 20
-    in_flight = next(s for s, arm in arms.items() if arm == "treated")
-    assert ask(proxy, in_flight, small(in_flight, 1)).headers["x-compaction-arm"] == "treated"
+    # Every replica sees the pause: new sessions go to the holdout; one already treated keeps its arm.
+    for replica in replicas:
+        wait_for(lambda r=replica: "compaction_proxy_canary_paused 1.0" in metrics_of(r))
+        fresh = [
+            ask(replica, f"new-{i}", small(f"new-{i}", 1)).headers["x-compaction-arm"] for i in range(20)
+        ]
+        assert fresh == ["holdout"] * 20
+        in_flight = next(s for s, arm in arms.items() if arm == "treated")
+        assert ask(replica, in_flight, small(in_flight, 1)).headers["x-compaction-arm"] == "treated"
     # The rollback event carries the figures that tripped it.
     events = httpx.get(
         proxy.base_url + "/compaction/events",
@@ -168,10 +197,9 @@ def test_the_gate_pauses_the_policy_when_the_treated_arm_gets_context_errors(
     rollback = next(e for e in events if e.get("kind") == "canary_rollback")
     assert rollback["arms"]["treated"]["context_errors"] >= 15
     assert any(c["check"] == "context_error_share" and c["breached"] for c in rollback["checks"])
-    metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
-    assert "compaction_proxy_canary_rollbacks_total 1.0" in metrics
-    assert "compaction_proxy_canary_paused 1.0" in metrics
-    paused_lines = [line for line in proxy.log_lines() if '"canary_paused"' in line]
+    # Exactly one replica recorded the rollback.
+    assert sum("compaction_proxy_canary_rollbacks_total 1.0" in metrics_of(r) for r in replicas) == 1
+    paused_lines = [line for r in replicas for line in r.log_lines() if '"canary_paused"' in line]
     assert len(paused_lines) == 1 and json.loads(paused_lines[0])["reason"].startswith("context_error_share")
     # Resume: a new epoch, the policy back on for new sessions.
     done = subprocess.run(
@@ -182,13 +210,103 @@ def test_the_gate_pauses_the_policy_when_the_treated_arm_gets_context_errors(
         check=False,
     )
     assert done.returncode == 0
-    wait_for(
-        lambda: (
-            "compaction_proxy_canary_paused 0.0"
-            in httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
-        )
-    )
-    back = [ask(proxy, f"after-{i}", small(f"after-{i}", 1)).headers["x-compaction-arm"] for i in range(30)]
+    for replica in replicas:
+        wait_for(lambda r=replica: "compaction_proxy_canary_paused 0.0" in metrics_of(r))
+    back = [
+        ask(replicas[i % len(replicas)], f"after-{i}", small(f"after-{i}", 1)).headers["x-compaction-arm"]
+        for i in range(30)
+    ]
     assert "treated" in back
     code, report = status(proxy)
     assert report["paused"] is None and report["arms"]["treated"]["context_errors"] == 0
+
+
+def test_cached_tokens_come_from_each_doors_own_usage(start_proxy: Any, upstream: FakeUpstream) -> None:
+    proxy = start_proxy(canary_config())
+    chat = completion("ok")
+    chat["usage"] = {
+        "prompt_tokens": 900,
+        "completion_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 512},
+    }
+    responses = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "model": "gpt-5",
+        "output": [
+            {
+                "type": "message",
+                "id": "m",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+        "usage": {
+            "input_tokens": 800,
+            "input_tokens_details": {"cached_tokens": 256},
+            "output_tokens": 7,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 807,
+        },
+    }
+    anthropic = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 40,
+            "cache_read_input_tokens": 3000,
+            "cache_creation_input_tokens": 600,
+            "output_tokens": 9,
+        },
+    }
+    upstream.queue(Reply(body=chat), Reply(body=responses), Reply(body=anthropic))
+    headers = {"authorization": f"Bearer {KEY}"}
+    arms = [
+        httpx.post(
+            proxy.base_url + "/chat/completions",
+            headers={**headers, "x-session-id": "door-chat"},
+            json={"model": "gpt-4o", "messages": small("door-chat", 1)},
+        ),
+        httpx.post(
+            proxy.base_url + "/responses",
+            headers={**headers, "x-session-id": "door-responses"},
+            json={"model": "gpt-5", "input": "Fix the parser.", "store": False},
+        ),
+        httpx.post(
+            proxy.base_url + "/messages",
+            headers={"x-api-key": KEY, "anthropic-version": "2023-06-01", "x-session-id": "door-messages"},
+            json={
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "Fix the parser."}],
+            },
+        ),
+    ]
+    assert [a.status_code for a in arms] == [200, 200, 200]
+    expected = {"treated": [0, 0, 0], "holdout": [0, 0, 0]}  # prompt, cached, written
+    shapes = [(900, 512, 0), (800, 256, 0), (3640, 3000, 600)]
+    for answer, (prompt, cached, written) in zip(arms, shapes, strict=True):
+        figures = expected[answer.headers["x-compaction-arm"]]
+        figures[0] += prompt
+        figures[1] += cached
+        figures[2] += written
+    wait_for(
+        lambda: (
+            status(proxy)[1]["arms"]["treated"]["requests"] + status(proxy)[1]["arms"]["holdout"]["requests"]
+            == 3
+        )
+    )
+    report = status(proxy)[1]["arms"]
+    for arm, (prompt, cached, written) in expected.items():
+        assert (
+            report[arm]["prompt_tokens"],
+            report[arm]["cached_prompt_tokens"],
+            report[arm]["cache_write_tokens"],
+        ) == (prompt, cached, written), arm

@@ -68,7 +68,7 @@ async def test_an_unknown_policy_or_mode_is_a_400_in_the_openai_shape(
     error = refused.client.json()["error"]
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, header)
     assert repr(value) in error["message"]
-    valid = "improved_tail, n_latest_10" if code == "unknown_policy" else "enforce, shadow, off"
+    valid = "improved_tail, n_latest_10" if code == "unknown_policy" else "enforce, shadow, canary, off"
     assert valid in error["message"]
 
 
