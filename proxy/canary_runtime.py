@@ -19,16 +19,28 @@ from typing import Any
 
 import orjson
 
+from proxy.agent_compaction import agent_compaction
 from proxy.canary import CanarySettings, Prices, Usage, arm_of, judge, split_arms
-from proxy.canary_outcome import TOOL_MARKERS, add_usage, is_context_error, usage_objects, usage_of
+from proxy.canary_outcome import (
+    TOOL_MARKERS,
+    AnswerCapture,
+    add_usage,
+    is_context_error,
+    repeated_calls,
+    usage_objects,
+    usage_of,
+)
 from proxy.canary_store import CanaryBook
 from proxy.events import EventSink
 from proxy.exchange import Exchange
+from proxy.forwarding import header_value
 from proxy.metrics import Metrics
 from proxy.session_summary import InputPrices
+from proxy.sessions import root_session
 from proxy.settings import Settings
 
 # Without prices, the cost is in full-price input tokens with each provider's usual ratios.
+Headers = list[tuple[bytes, bytes]]
 _RATIOS = {"anthropic": (0.1, 1.25)}
 _DEFAULT_RATIOS = (0.5, 1.0)
 _TOKEN_KINDS = (("prompt", "prompt"), ("cached", "cached"), ("cache_write", "written"), ("output", "output"))
@@ -50,6 +62,34 @@ class CanaryArms:
         if arm == "treated" and self.paused:
             return "treated" if await self.book.arm(f"{tenant}\x1f{session}") == "treated" else "holdout"
         return arm
+
+
+async def place_in_arm(
+    canary: CanaryArms | None,
+    exchange: Exchange,
+    headers: Headers,
+    tenant: str,
+    neutral: Mapping[str, Any] | None,
+    door: str,
+) -> str:
+    """The request's arm, and what the canary records of it from the request itself: the
+    session's key (the client's ``X-Session-Id``, else the conversation's root), the answer's
+    capture, the tool calls the agent repeats, and (in the holdout, which goes no further) the
+    agent's own compaction request."""
+    explicit = header_value(headers, b"x-session-id")
+    key = explicit.decode("latin-1") if explicit else None
+    messages = (neutral.get("messages") if neutral is not None else None) or []
+    if key is None and neutral is not None:
+        key = root_session(neutral, tenant)
+    # A body only a worker process reads, sent without a session id, stays in the holdout.
+    arm = await canary.arm_for(tenant, key) if key and canary is not None else "holdout"
+    exchange.arm, exchange.canary_key = arm, f"{tenant}\x1f{key}"
+    exchange.canary_capture = AnswerCapture(TOOL_MARKERS.get(door, b"\x00"))
+    exchange.repeats = repeated_calls(messages)
+    agent = agent_compaction(headers, messages) if arm == "holdout" else None
+    if agent is not None:
+        exchange.dialect_notes = {"agent_compaction": {"agent": agent}}
+    return arm
 
 
 class CanaryPrices:

@@ -25,8 +25,7 @@ from policies.handles import names_a_handle
 from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.agent_compaction import agent_compaction, passes_as_sent
-from proxy.canary_outcome import TOOL_MARKERS, AnswerCapture, repeated_calls
-from proxy.canary_runtime import CanaryArms
+from proxy.canary_runtime import CanaryArms, place_in_arm
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
@@ -39,7 +38,7 @@ from proxy.providers import Provider
 from proxy.relay import relay
 from proxy.response_writer import ResponseWriter
 from proxy.route_facts import compaction_attributes, record_compaction
-from proxy.sessions import root_session, tenant_of
+from proxy.sessions import tenant_of
 from proxy.shadow import ShadowComparer
 from proxy.token_factors import ScaledWindows
 from proxy.upstream import Upstream
@@ -241,17 +240,11 @@ class CompactingRoute:
         forwards it); the treated arm is compacted as in enforce mode."""
         if draft.mode != "canary":
             return True
-        exchange, parsed = draft.exchange, draft.parsed
-        explicit = header_value(draft.headers, b"x-session-id")
-        key = explicit.decode("latin-1") if explicit else None
-        if key is None and parsed is not None:
-            key = root_session(parsed.neutral, draft.tenant)
-        # A body only a worker process reads, sent without a session id, stays in the holdout.
-        arm = await self.canary.arm_for(draft.tenant, key) if key and self.canary else "holdout"
-        exchange.arm, exchange.canary_key = arm, f"{draft.tenant}\x1f{key}"
-        exchange.canary_capture = AnswerCapture(TOOL_MARKERS.get(draft.dialect.name, b"\x00"))
-        if parsed is not None:
-            exchange.repeats = repeated_calls(parsed.neutral.get("messages") or [])
+        parsed, exchange = draft.parsed, draft.exchange
+        neutral = parsed.neutral if parsed is not None else None
+        arm = await place_in_arm(
+            self.canary, exchange, draft.headers, draft.tenant, neutral, draft.dialect.name
+        )
         draft.route_headers.append((b"x-compaction-arm", arm.encode()))
         if arm == "holdout":
             exchange.policy = "off"

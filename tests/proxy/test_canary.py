@@ -116,3 +116,37 @@ def test_cost_in_dollars_with_prices_else_in_input_tokens() -> None:
         == 2.5 * 0.5 + 1.25 * 0.5 + 1.0
     )
     assert Prices().cost(usage, cached_ratio=0.5, write_ratio=1.0) == 500_000 + 250_000 + 400_000
+
+
+class _Book:
+    def __init__(self, arms: dict[str, str]) -> None:
+        self.arms = arms
+
+    async def arm(self, key: str) -> str | None:
+        return self.arms.get(key)
+
+
+async def test_a_request_is_placed_by_its_session_and_paused_sessions_keep_their_arm() -> None:
+    from proxy.canary import CanarySettings
+    from proxy.canary_runtime import CanaryArms, place_in_arm
+    from proxy.exchange import Exchange
+
+    def exchange() -> Exchange:
+        return Exchange(request_id="r", route="chat", method="POST", started=0.0)
+
+    arms = CanaryArms(CanarySettings(share=1.0), _Book({"t\x1fold": "treated"}))  # type: ignore[arg-type]
+    compaction = {
+        "messages": [{"role": "user", "content": "Your task is to create a detailed summary of it."}]
+    }
+    treated = exchange()
+    assert (
+        await place_in_arm(arms, treated, [(b"x-session-id", b"old")], "t", compaction, "chat") == "treated"
+    )
+    assert treated.canary_key == "t\x1fold" and treated.canary_capture is not None
+    arms.observe_state({"paused": {"time": 1.0}, "epoch": 0.0})
+    assert await place_in_arm(arms, exchange(), [(b"x-session-id", b"old")], "t", None, "chat") == "treated"
+    held = exchange()
+    assert await place_in_arm(arms, held, [(b"x-session-id", b"new")], "t", compaction, "chat") == "holdout"
+    assert held.dialect_notes["agent_compaction"] == {"agent": "claude-code"}
+    # No session id and no readable body: the holdout.
+    assert await place_in_arm(arms, exchange(), [], "t", None, "chat") == "holdout"
