@@ -197,7 +197,7 @@ class AppParts:
         span_export = make_span_export(settings.tracing, log)
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
-        observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), log))
+        observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log))
         judge = (
             CanaryJudge(settings.canary, book, arms, metrics, events, log)
             if settings.mode == "canary"

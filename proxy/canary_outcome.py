@@ -3,11 +3,11 @@
 - ``AnswerCapture``: what the relay keeps of an answer it passes through (its first and last
   64 KiB: a stream's usage is in its first events, Anthropic's, or its last, OpenAI's; an
   error body is short) and whether a tool call went by (the answer asks the agent to go on).
-- ``usage_of``: the provider's own usage fields, per door: Chat Completions ``prompt_tokens``
-  with ``prompt_tokens_details.cached_tokens``; Responses ``input_tokens`` with
-  ``input_tokens_details.cached_tokens``; Anthropic ``input_tokens`` plus
-  ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (which Anthropic counts
-  apart from ``input_tokens``).
+- ``usage_objects``: every usage object of an answer (a JSON body or a stream); the dialect
+  reads them as billed (``Dialect.billed``: Chat Completions ``prompt_tokens`` with
+  ``prompt_tokens_details.cached_tokens``, Responses ``input_tokens`` with
+  ``input_tokens_details.cached_tokens``, Anthropic ``input_tokens`` plus
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens``).
 - ``repeated_calls``: the agent's last step re-ran a tool call it had already made (same tool,
   same arguments): re-acquisition that needs no proxy, so the holdout has it too.
 """
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +24,6 @@ from proxy.canary import Usage
 
 KEEP = 64 * 1024
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
-# Bytes that appear in an answer that calls a tool, per door.
-TOOL_MARKERS = {"chat": b'"tool_calls"', "responses": b'"function_call"', "anthropic": b'"tool_use"'}
 # How providers word an answer to a request over the model's window.
 _CONTEXT_MARKERS = (
     b"context_length_exceeded",
@@ -79,40 +76,6 @@ def usage_objects(raw: bytes) -> list[dict[str, Any]]:
                         found.append(value)
                     break
     return found
-
-
-def _int(mapping: Mapping[str, Any], *path: str) -> int:
-    node: Any = mapping
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node if isinstance(node, int) and not isinstance(node, bool) else 0
-
-
-def usage_of(door: str, objects: Iterable[Mapping[str, Any]]) -> Usage:
-    """One answer's usage; a stream's several usage objects (Anthropic's message_start and
-    message_delta) merged by taking each field's largest value."""
-    merged: dict[tuple[str, ...], int] = {}
-    paths: tuple[tuple[str, ...], ...]
-    if door == "anthropic":
-        paths = (
-            ("input_tokens",),
-            ("cache_read_input_tokens",),
-            ("cache_creation_input_tokens",),
-            ("output_tokens",),
-        )
-    elif door == "responses":
-        paths = (("input_tokens",), ("input_tokens_details", "cached_tokens"), ("output_tokens",))
-    else:
-        paths = (("prompt_tokens",), ("prompt_tokens_details", "cached_tokens"), ("completion_tokens",))
-    for usage in objects:
-        for path in paths:
-            merged[path] = max(merged.get(path, 0), _int(usage, *path))
-    values = [merged.get(p, 0) for p in paths]
-    if door == "anthropic":
-        fresh, read, written, output = values
-        return Usage(prompt=fresh + read + written, cached=read, written=written, output=output)
-    prompt, cached, output = values
-    return Usage(prompt=prompt, cached=cached, output=output)
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:

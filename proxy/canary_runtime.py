@@ -21,16 +21,9 @@ import orjson
 
 from proxy.agent_compaction import agent_compaction
 from proxy.canary import CanarySettings, Prices, Usage, arm_of, judge, split_arms
-from proxy.canary_outcome import (
-    TOOL_MARKERS,
-    AnswerCapture,
-    add_usage,
-    is_context_error,
-    repeated_calls,
-    usage_objects,
-    usage_of,
-)
+from proxy.canary_outcome import AnswerCapture, add_usage, is_context_error, repeated_calls, usage_objects
 from proxy.canary_store import CanaryBook
+from proxy.dialects.base import Dialect
 from proxy.events import EventSink
 from proxy.exchange import Exchange
 from proxy.forwarding import header_value
@@ -70,7 +63,7 @@ async def place_in_arm(
     headers: Headers,
     tenant: str,
     neutral: Mapping[str, Any] | None,
-    door: str,
+    tool_call_marker: bytes,
 ) -> str:
     """The request's arm, and what the canary records of it from the request itself: the
     session's key (the client's ``X-Session-Id``, else the conversation's root), the answer's
@@ -84,7 +77,7 @@ async def place_in_arm(
     # A body only a worker process reads, sent without a session id, stays in the holdout.
     arm = await canary.arm_for(tenant, key) if key and canary is not None else "holdout"
     exchange.arm, exchange.canary_key = arm, f"{tenant}\x1f{key}"
-    exchange.canary_capture = AnswerCapture(TOOL_MARKERS.get(door, b"\x00"))
+    exchange.canary_capture = AnswerCapture(tool_call_marker)
     exchange.repeats = repeated_calls(messages)
     agent = agent_compaction(headers, messages) if arm == "holdout" else None
     if agent is not None:
@@ -113,21 +106,23 @@ def _with_input(entry: Any, value: float | None) -> Any:
     return type(entry)(input_price=value)
 
 
-def request_figures(exchange: Exchange, prices: Prices) -> tuple[dict[str, float], str | None]:
+def request_figures(
+    exchange: Exchange, dialect: Dialect, prices: Prices
+) -> tuple[dict[str, float], str | None]:
     """The request's figures (``proxy.canary.COUNTED``) and how its answer ended."""
     usage, tool_call, body = Usage(), False, b""
     door = exchange.route
     reads = exchange.reads
     if reads is not None:
         for round_usage in reads.usage_per_round:
-            usage = add_usage(usage, usage_of(door, [round_usage]))
-        tool_call = TOOL_MARKERS.get(door, b"\x00") in _final_bytes(reads.final_answer)
+            usage = add_usage(usage, dialect.billed([round_usage]))
+        tool_call = dialect.tool_call_marker in _final_bytes(reads.final_answer)
     capture = exchange.canary_capture
     if capture is not None:
         # What the client was sent: its usage counts unless the read loop's rounds did.
         body = capture.raw()
         if reads is None or not reads.usage_per_round:
-            usage = add_usage(usage, usage_of(door, usage_objects(body)))
+            usage = add_usage(usage, dialect.billed(usage_objects(body)))
         tool_call = tool_call or capture.tool_call
     failed = exchange.status != 200 or exchange.error is not None
     context = failed and is_context_error(exchange.status, body)
@@ -154,7 +149,15 @@ def _final_bytes(answer: Any) -> bytes:
 
 
 class CanaryRecord:
-    def __init__(self, metrics: Metrics, book: CanaryBook, prices: CanaryPrices, log: Any) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        book: CanaryBook,
+        prices: CanaryPrices,
+        dialects: Mapping[str, Dialect],
+        log: Any,
+    ) -> None:
+        self.dialects = dialects
         self.metrics = metrics
         self.book = book
         self.prices = prices
@@ -163,9 +166,10 @@ class CanaryRecord:
 
     def observe(self, exchange: Exchange) -> None:
         arm = exchange.arm
-        if arm is None:
+        dialect = self.dialects.get(exchange.route)
+        if arm is None or dialect is None:
             return
-        counted, ending = request_figures(exchange, self.prices.of(exchange.model))
+        counted, ending = request_figures(exchange, dialect, self.prices.of(exchange.model))
         m = self.metrics
         m.canary_requests.labels(arm, exchange.route).inc()
         for kind, key in (

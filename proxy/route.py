@@ -242,9 +242,8 @@ class CompactingRoute:
             return True
         parsed, exchange = draft.parsed, draft.exchange
         neutral = parsed.neutral if parsed is not None else None
-        arm = await place_in_arm(
-            self.canary, exchange, draft.headers, draft.tenant, neutral, draft.dialect.name
-        )
+        marker = draft.dialect.tool_call_marker
+        arm = await place_in_arm(self.canary, exchange, draft.headers, draft.tenant, neutral, marker)
         draft.route_headers.append((b"x-compaction-arm", arm.encode()))
         if arm == "holdout":
             exchange.policy = "off"

@@ -22,18 +22,19 @@ The history is read into the neutral conversation and a view written back by
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
+from proxy.canary import Usage
 from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_request, breakpoint_blocks
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
-from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, int_field
 from proxy.errors import ProxyError
 from proxy.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
 from proxy.read_tool import TOOL_NAME, tool_schema
@@ -99,7 +100,11 @@ def prompt_tokens(usage: Any) -> int:
     return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
 
 
+_BILLED_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
 class AnthropicDialect(BaseDialect):
+    tool_call_marker = b'"tool_use"'
     name = "anthropic"
 
     def __init__(self, hidden: HiddenRounds | None = None) -> None:
@@ -301,6 +306,21 @@ class AnthropicDialect(BaseDialect):
 
     def prompt_tokens(self, usage: Any) -> int:
         return prompt_tokens(usage)
+
+    def billed(self, usages: Iterable[Any]) -> Usage:
+        """Anthropic counts cache reads and writes apart from ``input_tokens``: the prompt is
+        their sum. A stream's ``message_start`` and ``message_delta`` merged field by field."""
+        found = [u for u in usages if isinstance(u, dict)]
+        fresh, read, written, output = (
+            max((int_field(u, key) for u in found), default=0)
+            for key in (
+                "input_tokens",
+                "cache_read_input_tokens",
+                "cache_creation_input_tokens",
+                "output_tokens",
+            )
+        )
+        return Usage(prompt=fresh + read + written, cached=read, written=written, output=output)
 
     def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
         """The prompt tokens an answer reports (its head suffices for a stream: message_start)."""

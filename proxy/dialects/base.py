@@ -11,7 +11,7 @@ and how its usage adds up over rounds. Nothing else in the proxy knows a wire fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -19,6 +19,7 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
+from proxy.canary import Usage
 from proxy.errors import ProxyError
 from proxy.response_writer import ResponseWriter
 
@@ -98,6 +99,15 @@ class StreamCodec(Protocol):
 
 class Dialect(Protocol):
     name: str
+
+    @property
+    def tool_call_marker(self) -> bytes:
+        """Bytes only an answer that calls a tool contains."""
+        ...
+
+    def billed(self, usages: Iterable[Any]) -> Usage:
+        """An answer's usage objects as the provider billed them (prompt, cached, written, output)."""
+        ...
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
         """Read a request; a structural error is a ``ProxyError`` (400) naming the field."""
@@ -234,6 +244,14 @@ def json_usage(raw: bytes) -> Any:
     return data.get("usage") if isinstance(data, dict) else None
 
 
+def int_path(mapping: Any, path: tuple[str, ...]) -> int:
+    """An integer field nested in ``mapping`` (0 when absent)."""
+    node = mapping
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) else 0
+
+
 class BaseDialect:
     """What an adapter inherits unless its format differs: the usage keys of one answer, the
     answer length a body asks for, counting through ``parse``, and hooks that do nothing.
@@ -249,6 +267,10 @@ class BaseDialect:
     total_key: ClassVar[str] = "total_tokens"
     # The body field that asks for an answer length.
     max_tokens_key: ClassVar[str] = "max_tokens"
+    # Where an answer's usage says how many prompt tokens were read from the prompt cache, and
+    # bytes only an answer that calls a tool contains (the canary's figures).
+    cached_path: ClassVar[tuple[str, ...]] = ("prompt_tokens_details", "cached_tokens")
+    tool_call_marker: ClassVar[bytes] = b'"tool_calls"'
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
         raise NotImplementedError
@@ -265,6 +287,16 @@ class BaseDialect:
 
     def prompt_tokens(self, usage: Any) -> int:
         return int_field(usage, self.prompt_key)
+
+    def billed(self, usages: Iterable[Any]) -> Usage:
+        """One answer's usage as billed; a stream's several usage objects merged field by field
+        (the largest value)."""
+        found = [u for u in usages if isinstance(u, dict)]
+        return Usage(
+            prompt=max((self.prompt_tokens(u) for u in found), default=0),
+            cached=max((int_path(u, self.cached_path) for u in found), default=0),
+            output=max((int_field(u, self.output_key) for u in found), default=0),
+        )
 
     def reported_prompt_tokens(self, raw: bytes, sse: bool) -> int:
         if sse:

@@ -42,6 +42,8 @@ class ResponsesDialect(BaseDialect):
     name = "responses"
     prompt_key = "input_tokens"
     output_key = "output_tokens"
+    cached_path = ("input_tokens_details", "cached_tokens")
+    tool_call_marker = b'"function_call"'
     max_tokens_key = "max_output_tokens"
 
     def parse(self, body: Any, lenient: bool) -> Parsed:

@@ -7,8 +7,11 @@ from typing import Any
 import orjson
 
 from proxy.canary import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
-from proxy.canary_outcome import AnswerCapture, is_context_error, repeated_calls, usage_objects, usage_of
+from proxy.canary_outcome import AnswerCapture, is_context_error, repeated_calls, usage_objects
 from proxy.canary_stats import mean_difference, share_difference, wilson
+from proxy.dialects.anthropic import AnthropicDialect
+from proxy.dialects.chat import ChatDialect
+from proxy.dialects.responses import ResponsesDialect
 
 
 def test_arms_are_sticky_and_split_near_the_share() -> None:
@@ -26,7 +29,7 @@ def test_usage_is_read_from_each_providers_own_shape() -> None:
             "prompt_tokens_details": {"cached_tokens": 1920},
         }
     }
-    assert usage_of("chat", usage_objects(orjson.dumps(chat))) == Usage(2006, 1920, 0, 300)
+    assert ChatDialect().billed(usage_objects(orjson.dumps(chat))) == Usage(2006, 1920, 0, 300)
     responses = {
         "type": "response.completed",
         "response": {
@@ -38,7 +41,7 @@ def test_usage_is_read_from_each_providers_own_shape() -> None:
         },
     }
     stream = b"event: response.completed\ndata: " + orjson.dumps(responses) + b"\n\n"
-    assert usage_of("responses", usage_objects(stream)) == Usage(5000, 4096, 0, 80)
+    assert ResponsesDialect().billed(usage_objects(stream)) == Usage(5000, 4096, 0, 80)
     start = {
         "type": "message_start",
         "message": {
@@ -52,7 +55,7 @@ def test_usage_is_read_from_each_providers_own_shape() -> None:
     }
     delta = {"type": "message_delta", "usage": {"output_tokens": 250}}
     events = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in (start, delta))
-    assert usage_of("anthropic", usage_objects(events)) == Usage(9512, 9000, 500, 250)
+    assert AnthropicDialect().billed(usage_objects(events)) == Usage(9512, 9000, 500, 250)
 
 
 def test_the_capture_keeps_both_ends_and_sees_a_tool_call_in_the_middle() -> None:
@@ -140,13 +143,20 @@ async def test_a_request_is_placed_by_its_session_and_paused_sessions_keep_their
     }
     treated = exchange()
     assert (
-        await place_in_arm(arms, treated, [(b"x-session-id", b"old")], "t", compaction, "chat") == "treated"
+        await place_in_arm(arms, treated, [(b"x-session-id", b"old")], "t", compaction, b'"tool_calls"')
+        == "treated"
     )
     assert treated.canary_key == "t\x1fold" and treated.canary_capture is not None
     arms.observe_state({"paused": {"time": 1.0}, "epoch": 0.0})
-    assert await place_in_arm(arms, exchange(), [(b"x-session-id", b"old")], "t", None, "chat") == "treated"
+    assert (
+        await place_in_arm(arms, exchange(), [(b"x-session-id", b"old")], "t", None, b'"tool_calls"')
+        == "treated"
+    )
     held = exchange()
-    assert await place_in_arm(arms, held, [(b"x-session-id", b"new")], "t", compaction, "chat") == "holdout"
+    assert (
+        await place_in_arm(arms, held, [(b"x-session-id", b"new")], "t", compaction, b'"tool_calls"')
+        == "holdout"
+    )
     assert held.dialect_notes["agent_compaction"] == {"agent": "claude-code"}
     # No session id and no readable body: the holdout.
-    assert await place_in_arm(arms, exchange(), [], "t", None, "chat") == "holdout"
+    assert await place_in_arm(arms, exchange(), [], "t", None, b'"tool_calls"') == "holdout"
