@@ -40,6 +40,8 @@ class SummaryFact(_Fact, frozen=True):
     fallback_reason: str | None = None
     covered: tuple[int, int] = (0, 0)  # the client's messages it covers
     covered_digest: str = ""
+    # A summary prepared ahead: used, none_ready, stale or rejected: <why> (None: not prepared).
+    prepared: str | None = None
 
 
 class SummarizeFact(_Fact, frozen=True):

@@ -23,6 +23,10 @@ class SummaryRequest:
     messages: Sequence[Message]
     ledger: Ledger
     prompt_family: str = "hybrid_v2"
+    # The client's messages the new summary covers (start, end), and the digest of each: what
+    # a summary prepared ahead is checked against (it covers a prefix of this range, unedited).
+    covered: tuple[int, int] = (0, 0)
+    covered_digests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,8 @@ class SummaryResult:
     output_tokens: int = 0
     seconds: float = 0.0
     fallback_reason: str | None = None
+    # A summary prepared ahead: used, none_ready, stale or rejected: <why> (None: not prepared).
+    prepared: str | None = None
 
 
 class Summarizer(Protocol):

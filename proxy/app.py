@@ -37,6 +37,7 @@ from proxy.observers import (
     TokenCalibration,
 )
 from proxy.otel_export import SpanExport
+from proxy.prepared import PreparedSummaries
 from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
@@ -171,6 +172,8 @@ class AppParts:
             max_sessions=settings.sessions.max_sessions,
             known_prefix_tokens=settings.sessions.known_prefix_tokens,
             injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
+            prepared=make_prepared(settings, counter, metrics),
+            prepare_at=settings.summarizer.prepare_at,
         )
         policies = build_policies(policy_specs(settings))
         dialects = make_dialects(HiddenRounds(store, shared=shared))
@@ -289,6 +292,21 @@ def make_observers(
         RequestMetrics(metrics),
         AccessLog(log),
     ]
+
+
+def make_prepared(settings: Settings, counter: TokenCounter, metrics: Metrics) -> PreparedSummaries | None:
+    """Summaries prepared ahead, with a model summarizer and ``summarizer.prepare_at`` set."""
+    summarizer = settings.summarizer
+    if summarizer.kind != "openai" or summarizer.prepare_at is None:
+        return None
+    return PreparedSummaries(
+        max_tokens=summarizer.max_output_tokens,
+        count=lambda text: counter.count_text(text, settings.tokens.default_encoding),
+        concurrency=summarizer.prepare_concurrency,
+        timeout=summarizer.timeout,
+        max_sessions=settings.sessions.max_sessions,
+        counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
+    )
 
 
 def make_span_export(settings: TracingSettings, log: Any) -> TraceExport | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
+from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
 from proxy.agent_compaction import passes_as_sent
 from proxy.errors import ProxyError
@@ -24,6 +25,7 @@ from proxy.forwarding import header_value
 from proxy.known_prefix import KnownPrefixes
 from proxy.large_requests import LargeRequests, LargeWorker
 from proxy.metrics import Metrics
+from proxy.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.session_index import BranchIndex, Resolution
 from proxy.sessions import MemorySessions, bearer_key, explicit_session, root_session
 from proxy.store import Store
@@ -77,6 +79,8 @@ class CompactionService:
         max_sessions: int,
         injected_tokens: Callable[[str], int],
         known_prefix_tokens: int = 8 * 1024 * 1024,
+        prepared: PreparedSummaries | None = None,
+        prepare_at: float | None = None,
     ) -> None:
         """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
         output (the read tool's schema), kept free by the token safeguard."""
@@ -93,6 +97,9 @@ class CompactionService:
         self.digests = Digests(counter=counter)
         self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
         self.background: set[asyncio.Task[None]] = set()
+        # Model summaries prepared ahead (summarizer.prepare_at): a compaction point never waits.
+        self.prepared = prepared if summarizer is not None and prepare_at is not None else None
+        self.prepare_at = prepare_at or 1.0
 
     def keeps_session_state(self, policy: Policy) -> bool:
         # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
@@ -153,6 +160,21 @@ class CompactionService:
                 injected_tokens=injected,
             )
 
+        async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:
+            """The summary request this request would make, were it a compaction point."""
+            capture = Capture()
+            await effective.apply(
+                neutral,
+                counter,
+                window=window,
+                checkpoint=checkpoint,
+                summarizer=capture,
+                digests=digests,
+                injected_tokens=injected,
+                force=True,
+            )
+            return capture.request
+
         compacted = Compacted(
             outcome=PolicyOutcome(None, 0, 0),
             session=session,
@@ -161,7 +183,7 @@ class CompactionService:
             skipped=skipped,
         )
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, client_origin
+            effective, headers, tenant, session, resolution, compacted, compute, client_origin, dry_run
         )
         if resolution is not None:
             self.known.keep(known_key, messages, adopted, encoding, counter, digests)
@@ -300,6 +322,7 @@ class CompactionService:
         compacted: Compacted,
         compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
         client_origin: Origin | None = None,
+        dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]] | None = None,
     ) -> PolicyOutcome:
         """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
         from its checkpoint; store what it offloaded and keep its next checkpoint."""
@@ -311,12 +334,20 @@ class CompactionService:
                 checkpoint = await self._load_checkpoint(tenant, session)
             if checkpoint is None and resolution is not None:
                 checkpoint = await self._inherited(tenant, resolution, policy.name, compacted)
-            summarizer = (
+            summarizer: Any = (
                 self.summarizer.for_session(session, self._summarizer_key(headers, client_origin))
                 if self.summarizer
                 else None
             )
+            model = summarizer
+            if self.prepared is not None and model is not None:
+                summarizer = NeverWaiting(self.prepared, tenant, session, model)
             outcome = await compute(checkpoint, summarizer)
+            if self.prepared is not None and model is not None and dry_run is not None:
+                task = self.prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
+                if task is not None:
+                    self.background.add(task)
+                    task.add_done_callback(self.background.discard)
             if outcome.offloads:
                 try:
                     # Durably stored before any view naming the handles is sent.

@@ -158,6 +158,8 @@ def _summary_record(summary: SummaryFact | None, outcome: PolicyOutcome) -> dict
         "output_tokens": summary.output_tokens,
         "seconds": summary.seconds,
         "fallback_reason": summary.fallback_reason,
+        # A summary prepared ahead: used, none_ready, stale or rejected: <why>.
+        "prepared": summary.prepared,
     }
 
 

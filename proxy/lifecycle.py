@@ -104,6 +104,8 @@ class Lifecycle:
         for task in self.background:
             task.cancel()
         await asyncio.gather(*self.background, *parts.service.background, return_exceptions=True)
+        if parts.service.prepared is not None:
+            await parts.service.prepared.drain()
         await asyncio.gather(*parts.shadow.tasks, return_exceptions=True)
         await parts.events.drain()
         if parts.span_export is not None:

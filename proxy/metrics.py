@@ -74,6 +74,8 @@ class Metrics:
     models_defaulted: Counter
     summaries: Counter
     summary_seconds: Histogram
+    prepared_summaries: Counter
+    summary_wait_seconds: Histogram
     shadow_compares: Counter
     canary_requests: Counter
     canary_tokens: Counter
@@ -228,6 +230,19 @@ class Metrics:
             "compaction_proxy_summarizer_seconds",
             "Time spent making a summary.",
             buckets=(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        self.prepared_summaries = Counter(
+            "compaction_proxy_prepared_summaries",
+            "Summaries prepared ahead (summarizer.prepare_at), by result: prepared, used, none_ready, "
+            "stale (the conversation changed under it), rejected (failed a check), failed, skipped.",
+            ("result",),
+            registry=r,
+        )
+        self.summary_wait_seconds = Histogram(
+            "compaction_proxy_summary_wait_seconds",
+            "How long a compaction point waited for its summary (the agent's step waits with it).",
+            buckets=(0.0001, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5, 30, 120),
             registry=r,
         )
 

@@ -108,6 +108,8 @@ class CompactionRecord:
             result = "ledger" if summary.model == "ledger" else "ok"
             m.summaries.labels("fallback" if summary.fallback_reason else result).inc()
             m.summary_seconds.observe(summary.seconds)
+            # A prepared summary (or the ledger standing in for one) was not waited for.
+            m.summary_wait_seconds.observe(0.0 if summary.prepared else summary.seconds)
 
     def _event(self, exchange: Exchange, outcome: PolicyOutcome) -> dict[str, Any]:
         version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))

@@ -30,6 +30,7 @@ from proxy.config_merge import (
     builtin_models,
     merge_policies,
 )
+from proxy.summarizer_settings import SummarizerSettings
 from proxy.tracing import TracingSettings
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
@@ -146,24 +147,6 @@ class TokenSettings(_Section, frozen=True):
     # Learn those models' factors from the prompt tokens the upstream reports (per model,
     # bounded, kept in <state_dir>/token_factors.json), so the window is held to the real count.
     calibrate: bool = True
-
-
-class SummarizerSettings(_Section, frozen=True):
-    kind: Literal["ledger", "openai"] = "ledger"
-    base_url: str | None = None
-    api_key: str | None = None
-    model: str = "gpt-4o-mini"
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    max_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
-    max_output_tokens: Annotated[int, msgspec.Meta(ge=64)] = 2000
-    # Largest summarizer input (prompt plus history), in tokens; null: no limit.
-    max_input_tokens: Annotated[int, msgspec.Meta(ge=1000)] | None = None
-    breaker_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
-    breaker_cooldown: Annotated[float, msgspec.Meta(ge=0)] = 300.0
-
-    def __post_init__(self) -> None:
-        if self.base_url is not None and not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError("base_url must be an http:// or https:// URL")
 
 
 class StoreSettings(_Section, frozen=True):

@@ -20,7 +20,7 @@ import orjson
 
 from policies.prompts import summary_messages
 from policies.summarizer import SummaryRequest, SummaryResult
-from proxy.settings import SummarizerSettings
+from proxy.summarizer_settings import SummarizerSettings
 
 _RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 

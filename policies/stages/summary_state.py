@@ -176,7 +176,12 @@ def _replaced(view: View, span: _Span, cut: int, keep: list[int]) -> list[tuple[
 
 
 async def _write_summary(
-    ctx: Context, previous_text: str | None, replaced: list[tuple[Message, int]], ledger: Ledger, family: str
+    ctx: Context,
+    previous_text: str | None,
+    replaced: list[tuple[Message, int]],
+    ledger: Ledger,
+    family: str,
+    covered: tuple[int, int, tuple[str, ...]] = (0, 0, ()),
 ) -> SummaryResult:
     """The summary of the previous one plus the replaced messages. A ledger-only summary (the
     safeguard's fold, a failed model call) keeps the narrative an earlier model summary wrote:
@@ -186,6 +191,8 @@ async def _write_summary(
         messages=[m for m, _ in replaced],
         ledger=ledger,
         prompt_family=family,
+        covered=covered[:2],
+        covered_digests=covered[2],
     )
     result = await _summarize(ctx, request)
     if not result.text.strip() and previous_text is not None:
@@ -258,7 +265,10 @@ async def compact_range(
     ledger = ledger.with_handles(handles)
     previous_text = previous.summary.get("content") if previous.summary else None
     previous_text = previous_text if isinstance(previous_text, str) else None
-    result = await _write_summary(ctx, previous_text, replaced, ledger, family)
+    digests = tuple(ctx.digests.at(i, view.original[i]) for i in range(span.start, span.end))
+    result = await _write_summary(
+        ctx, previous_text, replaced, ledger, family, (span.start, span.end, digests)
+    )
     ledger_text, ledger_saved = render_ledger(ledger, ctx)
     _add_offloads(view, previous, ledger_saved)
     handles = [*handles, *ledger_saved]
@@ -282,6 +292,7 @@ def _summary_fact(result: SummaryResult, covered: tuple[int, int], digest: str) 
         output_tokens=result.output_tokens,
         seconds=round(result.seconds, 4),
         fallback_reason=result.fallback_reason,
+        prepared=result.prepared,
         covered=covered,
         covered_digest=digest,
     )

@@ -1,0 +1,98 @@
+"""Summaries prepared ahead: the checks before use, and the manager (pure asyncio, no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from policies.ledger import CommandRecord, FileRecord, Ledger
+from policies.summarizer import SummaryRequest, SummaryResult
+from proxy.prepared import NeverWaiting, Prepared, PreparedSummaries, check
+
+LEDGER = Ledger(
+    goal="Fix the parser in src/parser.py",
+    files=(FileRecord(path="src/parser.py", views=2),),
+    commands=(CommandRecord(command="pytest tests/test_parser.py", exit_code=1),),
+    errors=("ValueError: bad token in parse_header",),
+    handles=("out_0123456789abcdef",),
+)
+
+
+def request(digests: tuple[str, ...], start: int = 2) -> SummaryRequest:
+    return SummaryRequest(
+        previous_summary=None,
+        messages=[],
+        ledger=LEDGER,
+        covered=(start, start + len(digests)),
+        covered_digests=digests,
+    )
+
+
+def prepared(text: str, digests: tuple[str, ...] = ("a", "b"), start: int = 2) -> Prepared:
+    return Prepared(start, digests, SummaryResult(text=text, model="m", prompt_family="hybrid_v2"), 0.0)
+
+
+def count(text: str) -> int:
+    return len(text.split())
+
+
+def test_a_summary_of_a_prefix_of_the_range_passes() -> None:
+    text = (
+        "The agent read src/parser.py, ran pytest and saw ValueError in parse_header (out_0123456789abcdef)."
+    )
+    assert check(prepared(text), request(("a", "b", "c", "d")), 500, count) is None
+
+
+def test_a_changed_or_branched_conversation_makes_it_stale() -> None:
+    assert check(prepared("ok"), request(("a", "X", "c")), 500, count) == "stale"
+    assert check(prepared("ok"), request(("a", "b", "c"), start=4), 500, count) == "stale"
+    assert check(prepared("ok", ("a", "b", "c")), request(("a", "b")), 500, count) == "stale"
+
+
+def test_what_the_ledger_does_not_know_or_spells_otherwise_is_rejected() -> None:
+    digests = ("a", "b", "c")
+    handle = check(prepared("Read out_fedcba9876543210 for details."), request(digests), 500, count)
+    assert handle == "rejected: names handle out_fedcba9876543210, which the ledger does not know"
+    file = check(prepared("The fix is in src/lexer.py."), request(digests), 500, count)
+    assert file == "rejected: names file src/lexer.py, which the ledger does not know"
+    spelled = check(prepared("The error came from Parse_Header."), request(digests), 500, count)
+    assert spelled == "rejected: spells parse_header as Parse_Header"
+    assert check(prepared("word " * 600), request(digests), 500, count) == "rejected: over the summary budget"
+
+
+class SlowSummarizer:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        await asyncio.sleep(self.seconds)
+        return SummaryResult(
+            text="The agent ran pytest on src/parser.py.", model="slow", prompt_family="hybrid_v2"
+        )
+
+
+async def test_a_point_never_waits_and_the_next_uses_what_was_prepared() -> None:
+    results: list[str] = []
+    summaries = PreparedSummaries(max_tokens=500, count=count, counted=results.append)
+    model = SlowSummarizer(0.3)
+    point = NeverWaiting(summaries, "t", "s", model)
+    started = asyncio.get_running_loop().time()
+    first = await point.summarize(request(("a", "b")))
+    assert asyncio.get_running_loop().time() - started < 0.05
+    assert first.model == "ledger" and first.prepared == "none_ready" and summaries.running("s")
+    await asyncio.gather(*summaries.tasks)
+    second = await point.summarize(request(("a", "b", "c", "d")))
+    assert second.model == "slow" and second.prepared == "used" and second.text.startswith("The agent")
+    assert results == ["none_ready", "prepared", "used"] and model.calls == 1
+
+
+async def test_preparations_are_bounded_per_tenant() -> None:
+    results: list[str] = []
+    summaries = PreparedSummaries(max_tokens=500, count=count, concurrency=1, counted=results.append)
+    model = SlowSummarizer(0.2)
+    assert summaries.start("t", "s1", request(("a",)), model)
+    assert not summaries.start("t", "s2", request(("a",)), model)
+    assert summaries.start("u", "s3", request(("a",)), model)
+    await summaries.drain()
+    assert results == ["skipped"]
