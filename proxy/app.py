@@ -38,6 +38,7 @@ from proxy.observers import (
 )
 from proxy.otel_export import SpanExport
 from proxy.prepared import PreparedSummaries
+from proxy.prepared_store import make_prepared_store
 from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
@@ -172,7 +173,7 @@ class AppParts:
             max_sessions=settings.sessions.max_sessions,
             known_prefix_tokens=settings.sessions.known_prefix_tokens,
             injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
-            prepared=make_prepared(settings, counter, metrics),
+            prepared=make_prepared(settings, counter, metrics, store if shared else None),
             prepare_at=settings.summarizer.prepare_at,
         )
         policies = build_policies(policy_specs(settings))
@@ -294,7 +295,9 @@ def make_observers(
     ]
 
 
-def make_prepared(settings: Settings, counter: TokenCounter, metrics: Metrics) -> PreparedSummaries | None:
+def make_prepared(
+    settings: Settings, counter: TokenCounter, metrics: Metrics, store: Store | None
+) -> PreparedSummaries | None:
     """Summaries prepared ahead, with a model summarizer and ``summarizer.prepare_at`` set."""
     summarizer = settings.summarizer
     if summarizer.kind != "openai" or summarizer.prepare_at is None:
@@ -306,6 +309,7 @@ def make_prepared(settings: Settings, counter: TokenCounter, metrics: Metrics) -
         timeout=summarizer.timeout,
         max_sessions=settings.sessions.max_sessions,
         counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
+        shared=make_prepared_store(store) if store is not None else None,
     )
 
 

@@ -29,9 +29,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, PolicyOutcome
 from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
+from proxy.prepared_store import PreparedStore
 
 _HANDLE = re.compile(r"\bout_[0-9a-f]{16}\b")
 # A path-like word: a file name with an extension, possibly under directories.
@@ -100,6 +103,15 @@ def check(
     return None
 
 
+def _decoded(raw: bytes) -> Prepared | None:
+    try:
+        data = orjson.loads(raw)
+        result = SummaryResult(**data["result"])
+        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _known_file(name: str, files: set[str]) -> bool:
     return name in files or any(f.endswith("/" + name) or name.endswith("/" + f) for f in files)
 
@@ -116,12 +128,16 @@ class PreparedSummaries:
         timeout: float = 60.0,
         max_sessions: int = 10_000,
         counted: Callable[[str], None] = lambda result: None,
+        shared: PreparedStore | None = None,
     ) -> None:
         self.max_tokens = max_tokens
         self.count = count
         self.timeout = timeout
         self.max_sessions = max_sessions
         self.counted = counted
+        # Other processes on the same store (replicas on Redis, workers): what one prepares,
+        # whichever serves the session's next point takes.
+        self.shared = shared
         self._slots = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._ready: OrderedDict[str, Prepared] = OrderedDict()
@@ -170,16 +186,32 @@ class PreparedSummaries:
         if result.fallback_reason is not None or not result.text.strip():
             self.counted("failed")
             return
-        self._ready[session] = Prepared(request.covered[0], request.covered_digests, result, time.time())
+        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time())
+        self._ready[session] = prepared
         self._ready.move_to_end(session)
+        if self.shared is not None:
+            try:
+                await self.shared.put(tenant, session, orjson.dumps(prepared))
+            except Exception:  # this process still has it
+                self.counted("unshared")
         while len(self._ready) > self.max_sessions:
             self._ready.popitem(last=False)
         self.counted("prepared")
 
-    def take(self, session: str, request: SummaryRequest) -> tuple[SummaryResult | None, str]:
-        """The prepared summary standing for ``request``'s, or None and why."""
+    async def take(
+        self, tenant: str, session: str, request: SummaryRequest
+    ) -> tuple[SummaryResult | None, str]:
+        """The prepared summary standing for ``request``'s (this process's, else one another
+        process prepared), or None and why. Taken: never used twice."""
         self._tried.pop(session, None)  # a new cycle: the next mark prepares afresh
         prepared = self._ready.pop(session, None)
+        if self.shared is not None:
+            try:
+                stored = await self.shared.take(tenant, session)
+            except Exception:  # the store is away: this process's own, if any
+                stored = None
+            if prepared is None and stored is not None:
+                prepared = _decoded(stored)
         if prepared is None:
             return None, "none_ready"
         why = check(prepared, request, self.max_tokens, self.count)
@@ -240,7 +272,7 @@ class NeverWaiting:
         self.model = model
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        used, why = self.summaries.take(self.session, request)
+        used, why = await self.summaries.take(self.tenant, self.session, request)
         self.summaries.counted(
             "stale" if why == "stale" else "rejected" if why.startswith("rejected") else why
         )

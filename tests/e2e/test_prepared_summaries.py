@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion
 
@@ -120,3 +121,91 @@ def test_without_prepare_at_a_compaction_point_waits_for_the_summarizer(
     timings = run_session(proxy, 12, pause=0.0)
     waited = [seconds for seconds, trigger in timings if trigger]
     assert waited and max(waited) >= DELAY, timings
+
+
+def until_a_point(proxy: Any, messages: list[Any], first: int) -> int:
+    """Steps from ``first`` on ``proxy`` until one is a compaction point; the next step's number."""
+    for i in range(first, first + 30):
+        messages += step(i)
+        answer = httpx.post(
+            proxy.base_url + "/chat/completions",
+            json={"model": "gpt-4o", "messages": messages},
+            headers={"authorization": f"Bearer {KEY}", "x-session-id": "prepared-run"},
+            timeout=60,
+        )
+        assert answer.status_code == 200 and answer.elapsed.total_seconds() < 1.0
+        if answer.headers.get("x-compaction-trigger"):
+            return i + 1
+    raise AssertionError("no compaction point")
+
+
+def test_a_summary_prepared_by_one_replica_is_used_by_another(
+    start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream, redis_url: str
+) -> None:
+    redis.Redis.from_url(redis_url).flushall()  # the Redis server is shared by the session's tests
+    summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
+    shared = {**config(summarizer_server, 0.5), "store": {"backend": "redis", "redis_url": redis_url}}
+    first, second = start_proxy(shared), start_proxy(shared)
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Run every check and report."},
+    ]
+    # The first replica's first point finds nothing ready and prepares that range ...
+    following = until_a_point(first, messages, 0)
+    time.sleep(DELAY + 1.0)
+    # ... which the second replica's next point takes from Redis.
+    until_a_point(second, messages, following)
+    made = points(first)
+    assert [e["summary"]["prepared"] for e in made] == ["none_ready", "used"], made
+    assert made[1]["summary"]["model"] == "small-model"
+    assert (
+        'compaction_proxy_prepared_summaries_total{result="used"} 1.0'
+        in httpx.get(second.url + "/metrics").text
+    )
+
+
+def test_the_messages_door_never_waits_either(
+    start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream
+) -> None:
+    summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+    upstream.queue(*(Reply(body=answer) for _ in range(30)))
+    proxy = start_proxy(config(summarizer_server, 0.5))
+    messages: list[Any] = [{"role": "user", "content": "Run every check and report."}]
+    slowest, triggers = 0.0, []
+    for i in range(22):
+        output = "\n".join(f"check {i} line {n}: scanned module_{i}, all good" for n in range(60))
+        messages += [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"t{i}", "name": "run", "input": {"n": i}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": output}]},
+        ]
+        started = time.perf_counter()
+        response = httpx.post(
+            proxy.base_url + "/messages",
+            json={
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 256,
+                "messages": messages,
+                "tools": [{"name": "run", "input_schema": {"type": "object"}}],
+            },
+            headers={"x-api-key": KEY, "anthropic-version": "2023-06-01", "x-session-id": "prepared-run"},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text[:300]
+        slowest = max(slowest, time.perf_counter() - started)
+        triggers.append(response.headers.get("x-compaction-trigger"))
+        time.sleep(0.35)
+    assert sum(t is not None for t in triggers) >= 2 and slowest < 1.0, (triggers, slowest)
+    assert "used" in [e["summary"]["prepared"] for e in points(proxy)]
