@@ -341,7 +341,9 @@ class CompactionService:
             )
             model = summarizer
             if self.prepared is not None and model is not None:
-                summarizer = NeverWaiting(self.prepared, tenant, session, model)
+                # A replay asks a point to settle the preparation in flight (deterministic).
+                wait = header_value(headers, b"x-compaction-prepared") == b"wait"
+                summarizer = NeverWaiting(self.prepared, tenant, session, model, wait)
             outcome = await compute(checkpoint, summarizer)
             if self.prepared is not None and model is not None and dry_run is not None:
                 task = self.prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)

@@ -142,6 +142,7 @@ class PreparedSummaries:
         self._concurrency = concurrency
         self._ready: OrderedDict[str, Prepared] = OrderedDict()
         self._tried: OrderedDict[str, int] = OrderedDict()
+        self._dry_runs: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._per_tenant: dict[str, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -253,7 +254,20 @@ class PreparedSummaries:
             if request is not None and request.covered_digests and not self.running(session):
                 self.start(tenant, session, request, model)
 
-        return asyncio.ensure_future(prepare())
+        task = asyncio.ensure_future(prepare())
+        self._dry_runs[session] = task
+        task.add_done_callback(
+            lambda t: self._dry_runs.pop(session, None) if self._dry_runs.get(session) is t else None
+        )
+        return task
+
+    async def settle(self, session: str) -> None:
+        """Wait for this session's preparation in flight (its dry run, then its summarizer
+        call): what a replay asks for, so that its decisions are those of a live proxy whose
+        agent steps take longer than the summarizer."""
+        for task in (self._dry_runs.get(session), (self._running.get(session) or (None, 0))[0]):
+            if task is not None:
+                await asyncio.wait({task}, timeout=self.timeout)
 
     async def drain(self) -> None:
         for task in list(self.tasks):
@@ -265,13 +279,19 @@ class NeverWaiting:
     """The summarizer a compaction point gets: the prepared summary when it passes the checks,
     else the ledger alone at once, and this range prepared for the next point."""
 
-    def __init__(self, summaries: PreparedSummaries, tenant: str, session: str, model: Summarizer) -> None:
+    def __init__(
+        self, summaries: PreparedSummaries, tenant: str, session: str, model: Summarizer, wait: bool = False
+    ) -> None:
+        """``wait``: settle the session's preparation in flight first (the replay's header)."""
+        self.wait = wait
         self.summaries = summaries
         self.tenant = tenant
         self.session = session
         self.model = model
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if self.wait:
+            await self.summaries.settle(self.session)
         used, why = await self.summaries.take(self.tenant, self.session, request)
         self.summaries.counted(
             "stale" if why == "stale" else "rejected" if why.startswith("rejected") else why

@@ -102,6 +102,9 @@ class Replayer:
             "x-session-id": session,
             "x-compaction-policy": arm,
             "x-compaction-mode": mode,
+            # With summaries prepared ahead, a compaction point takes what its preparation
+            # makes: the decisions of a live agent whose steps outlast the summarizer, every run.
+            "x-compaction-prepared": "wait",
             TICKET_HEADER: ticket,
         }
         return headers

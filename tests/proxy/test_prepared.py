@@ -96,3 +96,15 @@ async def test_preparations_are_bounded_per_tenant() -> None:
     assert summaries.start("u", "s3", request(("a",)), model)
     await summaries.drain()
     assert results == ["skipped"]
+
+
+async def test_a_replay_point_settles_the_preparation_in_flight() -> None:
+    """With ``X-Compaction-Prepared: wait`` (the replay's header) a point takes what its
+    preparation makes, however fast the requests come: the same decisions every run."""
+    results: list[str] = []
+    summaries = PreparedSummaries(max_tokens=500, count=count, counted=results.append)
+    model = SlowSummarizer(0.2)
+    summaries.start("t", "s", request(("a", "b")), model)
+    waiting = NeverWaiting(summaries, "t", "s", model, wait=True)
+    used = await waiting.summarize(request(("a", "b", "c")))
+    assert used.prepared == "used" and used.model == "slow"
