@@ -133,7 +133,8 @@ def main() -> None:
                 rows.append((name, statistics.median(steady), points, statuses))
         finally:
             processes.stop_all()
-    waits = f"model {args.model_ms:.0f} ms per step, summarizer {args.summarizer_ms:.0f} ms"
+    summarizer = args.summarizer_url or f"a fake taking {args.summarizer_ms:.0f} ms"
+    waits = f"model {args.model_ms:.0f} ms per step, summarizer {summarizer}"
     print(f"\n{args.steps} steps, {waits}\n")
     print("| summarizer | steady step added, p50 ms | compaction points added, ms | each point's summary |")
     print("|---|---:|---|---|")

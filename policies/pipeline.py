@@ -156,11 +156,14 @@ class Policy:
         force: bool = False,
         digests: Digests | None = None,
         injected_tokens: int = 0,
+        prepare: bool = False,
     ) -> PolicyOutcome:
         """Compute the view of one chat request. Never raises on malformed messages: input
         problems are reported, and stages leave malformed parts as they are. ``force`` makes
-        this request a compaction point whatever its size. ``injected_tokens``: what the proxy
-        adds to a view that names a saved output, kept free by the token safeguard."""
+        this request a compaction point whatever its size; ``prepare`` too, and its summarizing
+        stage summarizes what a point would at this size even below its target (a dry run that
+        prepares the next point's summary). ``injected_tokens``: what the proxy adds to a view
+        that names a saved output, kept free by the token safeguard."""
         counted = counter.count_request(body)
         messages = body.get("messages")
         checkpoint = checkpoint or Checkpoint()
@@ -174,8 +177,9 @@ class Policy:
             summarizer=summarizer,
             digests=digests or Digests(),
             injected_tokens=injected_tokens,
+            preparing=prepare,
         )
-        view = _request_view(messages, checkpoint, counted, force=force)
+        view = _request_view(messages, checkpoint, counted, force=force or prepare)
         apply_checkpoint(view, ctx.digests)
         for stage in self.stages:
             view = await stage.apply(view, ctx)
@@ -208,6 +212,7 @@ class Policy:
         summarizer: Summarizer | None,
         digests: Digests,
         injected_tokens: int,
+        preparing: bool = False,
     ) -> Context:
         """What the stages share for one request; settings one stage owns but others need (the
         summarizing stage's ledger share, the safeguard's reserve and read room) are read from it."""
@@ -231,6 +236,7 @@ class Policy:
             read_room=safeguard.read_room(window) if safeguard is not None else 0,
             edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
             transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
+            preparing=preparing,
         )
 
 

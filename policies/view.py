@@ -87,6 +87,9 @@ class Context:
     # Transcripts (a summarizing stage's ``save_transcript``): every summary of the policy saves
     # the messages it replaces, verbatim, under one handle its ledger names.
     transcripts: bool = False
+    # A dry run that prepares the next compaction point's summary ahead: the summarizing stage
+    # summarizes what a point would at this size, even below its low-water target.
+    preparing: bool = False
     # The rendered state ledger's largest size, as a share of the window: its lists are cut
     # (the complete ledger saved under a handle) rather than let it crowd out the view.
     ledger_share: float = 0.1

@@ -171,7 +171,7 @@ class CompactionService:
                 summarizer=capture,
                 digests=digests,
                 injected_tokens=injected,
-                force=True,
+                prepare=True,
             )
             return capture.request
 

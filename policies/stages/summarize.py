@@ -85,7 +85,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if not view.compacting:
             return view
         target = int(self.target * ctx.window)
-        if whole_request(view, ctx) <= target:
+        if whole_request(view, ctx) <= target and not ctx.preparing:
             view.facts.summarize = SummarizeFact(skipped="target reached without a summary")
             view.checkpoint = replace(view.checkpoint, short_of_target=False)
             return view
