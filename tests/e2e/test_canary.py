@@ -16,6 +16,7 @@ import httpx
 import pytest
 import redis
 
+from tests.e2e import test_anthropic_door as anthropic_door
 from tests.e2e.test_read_tool_output import history
 from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion
 
@@ -72,14 +73,14 @@ def cached_usage(_: Recorded) -> Reply:
     return Reply(body=body)
 
 
+def canary_cli(proxy: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``compaction-proxy canary ARGS`` on the proxy's own configuration (its store)."""
+    argv = [sys.executable, "-m", "proxy.cli", "canary", *args, "--config", str(proxy.config_path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
 def status(proxy: Any) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "canary", "status", "--json", "--config", str(proxy.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = canary_cli(proxy, "status", "--json")
     return done.returncode, json.loads(done.stdout)
 
 
@@ -169,13 +170,7 @@ def test_the_gate_pauses_the_policy_when_the_treated_arm_gets_context_errors(
     wait_for(lambda: status(proxy)[1]["paused"] is not None)
     code, report = status(proxy)
     assert code == 3 and "context_error_share" in report["paused"]["reason"]
-    table = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "canary", "status", "--config", str(proxy.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    ).stdout
+    table = canary_cli(proxy, "status").stdout
     print("\n" + table)
     assert "PAUSED" in table and "BREACH" in table
     assert report["arms"]["treated"]["context_errors"] == sum(a == "treated" for a in arms.values())
@@ -202,14 +197,7 @@ def test_the_gate_pauses_the_policy_when_the_treated_arm_gets_context_errors(
     paused_lines = [line for r in replicas for line in r.log_lines() if '"canary_paused"' in line]
     assert len(paused_lines) == 1 and json.loads(paused_lines[0])["reason"].startswith("context_error_share")
     # Resume: a new epoch, the policy back on for new sessions.
-    done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "canary", "resume", "--config", str(proxy.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0
+    assert canary_cli(proxy, "resume").returncode == 0
     for replica in replicas:
         wait_for(lambda r=replica: "compaction_proxy_canary_paused 0.0" in metrics_of(r))
     back = [
@@ -252,13 +240,7 @@ def test_cached_tokens_come_from_each_doors_own_usage(start_proxy: Any, upstream
         },
     }
     anthropic = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-6",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
+        **anthropic_door.message([{"type": "text", "text": "ok"}]),
         "usage": {
             "input_tokens": 40,
             "cache_read_input_tokens": 3000,

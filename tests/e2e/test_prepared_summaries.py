@@ -12,6 +12,7 @@ import httpx
 import pytest
 import redis
 
+from tests.e2e import test_anthropic_door as anthropic_door
 from tests.fake_upstream import FakeUpstream, Recorded, Reply, completion
 
 pytestmark = pytest.mark.e2e
@@ -168,16 +169,7 @@ def test_the_messages_door_never_waits_either(
     start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream
 ) -> None:
     summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
-    answer = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-6",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 2},
-    }
+    answer = anthropic_door.message([{"type": "text", "text": "ok"}])
     upstream.queue(*(Reply(body=answer) for _ in range(30)))
     proxy = start_proxy(config(summarizer_server, 0.5))
     messages: list[Any] = [{"role": "user", "content": "Run every check and report."}]
