@@ -25,6 +25,7 @@ from policies.stages.common import SUMMARY_HEADER
 from replay.cases import Case, build_case
 from replay.rows import iter_rows
 from tests.conftest import ROOT, ProxyProcess
+from tests.e2e.test_prepared_summaries import step
 from tests.fake_upstream import free_port
 from tests.model_server import MODEL_ALIAS, ModelServer, unavailable_reason
 from tests.needs import model_unavailable
@@ -287,3 +288,50 @@ def test_sre_summarizes_with_the_model(model: ModelServer, model_proxy: Any) -> 
     assert by_model[0]["summary"]["prompt_family"] == "sre"
     first = next(e for e in events if e.get("summary"))["parent_range"]["messages"][0]
     assert_ledger_survives(by_model[-1], chat, first_covered=first)
+
+
+def test_a_compaction_point_never_waits_for_the_model_summarizer(
+    model: ModelServer, start_proxy: Any, upstream: Any
+) -> None:
+    """SmolLM2 as the summarizer with summaries prepared ahead: no step waits for it (a point
+    that waited would take its whole answer, seconds on two cores), and once the agent's step
+    outlasts the summary, the model's summary stands in the next point's view."""
+    summarizer = {**model_summarizer(model), "prepare_at": 0.5}
+    proxy = start_proxy(
+        {"policy": "improved", "context_windows": {"default": 8000}, "summarizer": summarizer}
+    )
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Run every check and report."},
+    ]
+    metrics_url = proxy.url + "/metrics"
+    points, slowest = 0, 0.0
+    for i in range(40):
+        messages += step(i)
+        started = time.perf_counter()
+        answer = httpx.post(
+            proxy.base_url + "/chat/completions",
+            json={"model": "gpt-4o", "messages": messages},
+            headers={"authorization": "Bearer sk-local", "x-session-id": "model-prepared"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text[:300]
+        slowest = max(slowest, time.perf_counter() - started)
+        if answer.headers.get("x-compaction-trigger"):
+            points += 1
+            if points == 2:
+                break
+        # A slow agent step: the summary prepared past the mark lands before the next point.
+        deadline = time.monotonic() + 300
+        while 'prepared_summaries_total{result="prepared"}' not in httpx.get(metrics_url).text:
+            if time.monotonic() > deadline or i < 3:
+                break
+            time.sleep(0.5)
+    assert points == 2 and slowest < 2.0, (points, slowest)
+    events = httpx.get(
+        proxy.base_url + "/compaction/events",
+        params={"session": "model-prepared"},
+        headers={"authorization": "Bearer sk-local"},
+    ).json()["data"]
+    made = [e["summary"] for e in events if e["trigger"] and e["summary"]]
+    assert any(s["prepared"] == "used" and s["model"] == MODEL_ALIAS for s in made), made
