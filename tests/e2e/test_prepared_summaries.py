@@ -201,3 +201,27 @@ def test_the_messages_door_never_waits_either(
         time.sleep(0.35)
     assert sum(t is not None for t in triggers) >= 2 and slowest < 1.0, (triggers, slowest)
     assert "used" in [e["summary"]["prepared"] for e in points(proxy)]
+
+
+def test_a_conversation_edited_under_a_prepared_summary_does_not_get_it(
+    start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream
+) -> None:
+    """The client edits a message the prepared summary covers (a re-run output, a rewritten
+    history): its digests no longer match, and the point uses the ledger, recording ``stale``."""
+    summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
+    proxy = start_proxy(config(summarizer_server, 0.5))
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Run every check and report."},
+    ]
+    following = until_a_point(proxy, messages, 0)
+    time.sleep(DELAY + 1.0)  # this point's range is prepared
+    messages[3] = {**messages[3], "content": "check 0 was run again: 3 failures"}
+    until_a_point(proxy, messages, following)
+    made = points(proxy)
+    assert [e["summary"]["prepared"] for e in made] == ["none_ready", "stale"], made
+    assert made[1]["summary"]["model"] == "ledger" and made[1]["checkpoint_dropped"]
+    assert (
+        'compaction_proxy_prepared_summaries_total{result="stale"} 1.0'
+        in httpx.get(proxy.url + "/metrics").text
+    )
