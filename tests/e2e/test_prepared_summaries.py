@@ -225,3 +225,14 @@ def test_a_conversation_edited_under_a_prepared_summary_does_not_get_it(
         'compaction_proxy_prepared_summaries_total{result="stale"} 1.0'
         in httpx.get(proxy.url + "/metrics").text
     )
+
+
+def test_shadow_mode_prepares_and_never_waits_too(
+    start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream
+) -> None:
+    summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
+    proxy = start_proxy({**config(summarizer_server, 0.5), "mode": "shadow"})
+    timings = run_session(proxy, 22, pause=0.35)
+    assert max(seconds for seconds, _ in timings) < 1.0, timings
+    assert "used" in [e["summary"]["prepared"] for e in points(proxy)]
+    assert all(SUMMARY not in r.body.decode() for r in upstream.requests)  # the client's bytes went
