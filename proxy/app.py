@@ -37,8 +37,7 @@ from proxy.observers import (
     TokenCalibration,
 )
 from proxy.otel_export import SpanExport
-from proxy.prepared import PreparedSummaries
-from proxy.prepared_store import make_prepared_store
+from proxy.prepared import make_prepared
 from proxy.providers import make_providers
 from proxy.read_loop import LoopLimits
 from proxy.read_tool import ReadLimits, tool_schema
@@ -293,24 +292,6 @@ def make_observers(
         RequestMetrics(metrics),
         AccessLog(log),
     ]
-
-
-def make_prepared(
-    settings: Settings, counter: TokenCounter, metrics: Metrics, store: Store | None
-) -> PreparedSummaries | None:
-    """Summaries prepared ahead, with a model summarizer and ``summarizer.prepare_at`` set."""
-    summarizer = settings.summarizer
-    if summarizer.kind != "openai" or summarizer.prepare_at is None:
-        return None
-    return PreparedSummaries(
-        max_tokens=summarizer.max_output_tokens,
-        count=lambda text: counter.count_text(text, settings.tokens.default_encoding),
-        concurrency=summarizer.prepare_concurrency,
-        timeout=summarizer.timeout,
-        max_sessions=settings.sessions.max_sessions,
-        counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
-        shared=make_prepared_store(store) if store is not None else None,
-    )
 
 
 def make_span_export(settings: TracingSettings, log: Any) -> TraceExport | None:

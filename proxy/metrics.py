@@ -75,6 +75,7 @@ class Metrics:
     summaries: Counter
     summary_seconds: Histogram
     prepared_summaries: Counter
+    prepared_summary_tokens: Counter
     summary_wait_seconds: Histogram
     shadow_compares: Counter
     canary_requests: Counter
@@ -237,6 +238,12 @@ class Metrics:
             "Summaries prepared ahead (summarizer.prepare_at), by result: prepared, used, none_ready, "
             "stale (the conversation changed under it), rejected (failed a check), failed, skipped.",
             ("result",),
+            registry=r,
+        )
+        self.prepared_summary_tokens = Counter(
+            "compaction_proxy_prepared_summary_tokens",
+            "The summarizer's tokens spent preparing summaries ahead (used or not), by kind: input, output.",
+            ("kind",),
             registry=r,
         )
         self.summary_wait_seconds = Histogram(

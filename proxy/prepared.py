@@ -34,7 +34,10 @@ import orjson
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, PolicyOutcome
 from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
-from proxy.prepared_store import PreparedStore
+from policies.tokens import TokenCounter
+from proxy.metrics import Metrics
+from proxy.prepared_store import PreparedStore, make_prepared_store
+from proxy.settings import Settings
 
 _HANDLE = re.compile(r"\bout_[0-9a-f]{16}\b")
 # A path-like word: a file name with an extension, possibly under directories.
@@ -129,12 +132,15 @@ class PreparedSummaries:
         max_sessions: int = 10_000,
         counted: Callable[[str], None] = lambda result: None,
         shared: PreparedStore | None = None,
+        spent: Callable[[int, int], None] = lambda input_tokens, output_tokens: None,
     ) -> None:
         self.max_tokens = max_tokens
         self.count = count
         self.timeout = timeout
         self.max_sessions = max_sessions
         self.counted = counted
+        # The summarizer's tokens spent on preparations (used or not): their cost.
+        self.spent = spent
         # Other processes on the same store (replicas on Redis, workers): what one prepares,
         # whichever serves the session's next point takes.
         self.shared = shared
@@ -184,6 +190,7 @@ class PreparedSummaries:
             except Exception:  # the ledger stands in, as for a summarizer failing at a point
                 self.counted("failed")
                 return
+        self.spent(result.input_tokens, result.output_tokens)
         if result.fallback_reason is not None or not result.text.strip():
             self.counted("failed")
             return
@@ -315,3 +322,28 @@ class Capture:
 
 
 DryRun = Callable[[Capture], Awaitable[Any]]
+
+
+def make_prepared(
+    settings: Settings, counter: TokenCounter, metrics: Metrics, store: object | None
+) -> PreparedSummaries | None:
+    """Summaries prepared ahead, with a model summarizer and ``summarizer.prepare_at`` set;
+    ``store``: shared with the other processes on it (replicas on Redis, workers)."""
+    summarizer = settings.summarizer
+    if summarizer.kind != "openai" or summarizer.prepare_at is None:
+        return None
+
+    def spent(input_tokens: int, output_tokens: int) -> None:
+        metrics.prepared_summary_tokens.labels("input").inc(input_tokens)
+        metrics.prepared_summary_tokens.labels("output").inc(output_tokens)
+
+    return PreparedSummaries(
+        max_tokens=summarizer.max_output_tokens,
+        count=lambda text: counter.count_text(text, settings.tokens.default_encoding),
+        concurrency=summarizer.prepare_concurrency,
+        timeout=summarizer.timeout,
+        max_sessions=settings.sessions.max_sessions,
+        counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
+        shared=make_prepared_store(store) if store is not None else None,
+        spent=spent,
+    )
