@@ -159,22 +159,7 @@ class AppParts:
         )
         windows = make_windows(settings, factors, log, metrics)
         large = LargeRequests(settings)
-        read_schema = tool_schema(settings.read_tool.max_lines)
-        service = CompactionService(
-            counter=counter,
-            windows=windows,
-            store=store,
-            sessions=sessions,
-            metrics=metrics,
-            summarizer=summarizer,
-            large=large,
-            record_skipped=settings.events.record_skipped,
-            max_sessions=settings.sessions.max_sessions,
-            known_prefix_tokens=settings.sessions.known_prefix_tokens,
-            injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
-            prepared=make_prepared(settings, counter, metrics, store if shared else None),
-            prepare_at=settings.summarizer.prepare_at,
-        )
+        service = make_service(settings, counter, windows, store, sessions, metrics, summarizer, large)
         policies = build_policies(policy_specs(settings))
         dialects = make_dialects(HiddenRounds(store, shared=shared))
         shadow = ShadowComparer(
@@ -201,11 +186,8 @@ class AppParts:
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
         observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log))
-        judge = (
-            CanaryJudge(settings.canary, book, arms, metrics, events, log)
-            if settings.mode == "canary"
-            else None
-        )
+        canary = settings.mode == "canary"
+        judge = CanaryJudge(settings.canary, book, arms, metrics, events, log) if canary else None
         return cls(
             counter=counter,
             policies=policies,
@@ -239,6 +221,36 @@ class AppParts:
             logger=log,
             tracer=Tracer(settings.tracing) if self.span_export is not None else None,
         )
+
+
+def make_service(
+    settings: Settings,
+    counter: TokenCounter,
+    windows: ScaledWindows,
+    store: Store,
+    sessions: MemorySessions,
+    metrics: Metrics,
+    summarizer: OpenAISummarizer | None,
+    large: LargeRequests,
+) -> CompactionService:
+    """The compaction service; prepared summaries shared through the store when other
+    processes serve the same sessions."""
+    read_schema = tool_schema(settings.read_tool.max_lines)
+    return CompactionService(
+        counter=counter,
+        windows=windows,
+        store=store,
+        sessions=sessions,
+        metrics=metrics,
+        summarizer=summarizer,
+        large=large,
+        record_skipped=settings.events.record_skipped,
+        max_sessions=settings.sessions.max_sessions,
+        known_prefix_tokens=settings.sessions.known_prefix_tokens,
+        injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
+        prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None),
+        prepare_at=settings.summarizer.prepare_at,
+    )
 
 
 def make_route(

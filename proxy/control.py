@@ -27,9 +27,6 @@ from proxy.store import Store
 def control_routes(
     settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
 ) -> list[HTTPRouteHandler]:
-    prices = InputPrices(settings.models)
-    page = (resources.files("proxy") / "session_page.html").read_bytes()
-
     @get("/", sync_to_thread=False, media_type=MediaType.JSON)
     def root() -> dict[str, str]:
         """What answers here (clients such as Claude Code probe the base URL at start)."""
@@ -51,25 +48,18 @@ def control_routes(
             return Response({"status": "ready"})
         return Response({"status": "starting"}, status_code=503)
 
-    def scope_of(request: Request[Any, Any, Any], tenant: str | None) -> str | Response[Any] | None:
-        """The tenant a caller of the events API sees, or the refusal. With an admin token
-        configured it is required and sees every tenant (``tenant`` filters); without one, a
-        caller sees its own tenant only."""
-        raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
-        if settings.server.admin_token:
-            if not hmac.compare_digest(
-                request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
-            ):
-                return _refused(401, "The admin token is required.", "authentication_error")
-            return tenant
-        if (
-            not credentials(raw_headers)
-            and (settings.upstream.api_key or settings.anthropic.api_key)
-            and not settings.server.allow_anonymous
-        ):
-            # Anonymous clients are refused on the data plane: they own no events either.
-            return _refused(401, "An API key is required.", "authentication_error")
-        return tenant_of(raw_headers)
+    @get("/metrics", sync_to_thread=False)
+    def metrics_route() -> Response[bytes]:
+        """Prometheus text exposition."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store)]
+
+
+def event_routes(settings: Settings, store: Store) -> list[HTTPRouteHandler]:
+    """The compaction events API, the sessions list and the session page (tenant-scoped)."""
+    prices = InputPrices(settings.models)
+    page = (resources.files("proxy") / "session_page.html").read_bytes()
 
     @get("/v1/compaction/events", media_type=MediaType.JSON)
     async def compaction_events(
@@ -83,7 +73,7 @@ def control_routes(
         """Compaction events, oldest first. With an admin token configured it is required and
         sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
         ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
-        scope = scope_of(request, tenant)
+        scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
         if session and not session.startswith("s_"):
@@ -104,7 +94,7 @@ def control_routes(
         """The caller's recent sessions, newest first, summed from their newest 5,000 events:
         model, door, requests, tokens sent and sent upstream, compaction points, reads and the
         estimated savings (the ``models`` table's ``input_price``)."""
-        scope = scope_of(request, tenant)
+        scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
         found = await store.events(scope, limit=5000, newest=True)
@@ -116,21 +106,30 @@ def control_routes(
         """The session page: self-contained (no request leaves for another host)."""
         return Response(page, media_type=MediaType.HTML, headers=_PAGE_HEADERS)
 
-    @get("/metrics", sync_to_thread=False)
-    def metrics_route() -> Response[bytes]:
-        """Prometheus text exposition."""
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
+    return [compaction_events, compaction_sessions, session_page]
 
-    return [
-        root,
-        root_head,
-        healthz,
-        readyz,
-        metrics_route,
-        compaction_events,
-        compaction_sessions,
-        session_page,
-    ]
+
+def scope_of(
+    settings: Settings, request: Request[Any, Any, Any], tenant: str | None
+) -> str | Response[Any] | None:
+    """The tenant a caller of the events API sees, or the refusal. With an admin token
+    configured it is required and sees every tenant (``tenant`` filters); without one, a
+    caller sees its own tenant only."""
+    raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
+    if settings.server.admin_token:
+        if not hmac.compare_digest(
+            request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
+        ):
+            return _refused(401, "The admin token is required.", "authentication_error")
+        return tenant
+    if (
+        not credentials(raw_headers)
+        and (settings.upstream.api_key or settings.anthropic.api_key)
+        and not settings.server.allow_anonymous
+    ):
+        # Anonymous clients are refused on the data plane: they own no events either.
+        return _refused(401, "An API key is required.", "authentication_error")
+    return tenant_of(raw_headers)
 
 
 # The page may load nothing from anywhere but this proxy; its script and style are inline.
