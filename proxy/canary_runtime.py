@@ -28,7 +28,7 @@ from proxy.events import EventSink
 from proxy.exchange import Exchange
 from proxy.forwarding import header_value
 from proxy.metrics import Metrics
-from proxy.session_summary import InputPrices
+from proxy.session_summary import PriceColumn
 from proxy.sessions import root_session
 from proxy.settings import Settings
 
@@ -91,7 +91,7 @@ class CanaryPrices:
     def __init__(self, settings: Settings) -> None:
         models = settings.models
         self._lookups = {
-            name: InputPrices({p: _with_input(e, getattr(e, name)) for p, e in models.items()})
+            name: PriceColumn(models, name)
             for name in ("input_price", "cached_input_price", "cache_write_price", "output_price")
         }
 
@@ -100,10 +100,6 @@ class CanaryPrices:
         return Prices(
             get["input_price"], get["cached_input_price"], get["cache_write_price"], get["output_price"]
         )
-
-
-def _with_input(entry: Any, value: float | None) -> Any:
-    return type(entry)(input_price=value)
 
 
 def request_figures(

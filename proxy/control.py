@@ -18,7 +18,7 @@ from litestar.params import FromQuery
 
 from proxy.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.session_summary import InputPrices, summarize_sessions
+from proxy.session_summary import PriceColumn, summarize_sessions
 from proxy.sessions import credentials, explicit_session, tenant_of
 from proxy.settings import Settings
 from proxy.store import Store
@@ -58,7 +58,7 @@ def control_routes(
 
 def event_routes(settings: Settings, store: Store) -> list[HTTPRouteHandler]:
     """The compaction events API, the sessions list and the session page (tenant-scoped)."""
-    prices = InputPrices(settings.models)
+    prices = PriceColumn(settings.models)
     page = (resources.files("proxy") / "session_page.html").read_bytes()
 
     @get("/v1/compaction/events", media_type=MediaType.JSON)

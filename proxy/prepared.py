@@ -27,7 +27,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import orjson
 
@@ -319,9 +318,6 @@ class Capture:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.request = request
         return SummaryResult(text="", model="ledger", prompt_family="ledger")
-
-
-DryRun = Callable[[Capture], Awaitable[Any]]
 
 
 def make_prepared(

@@ -15,18 +15,18 @@ from typing import Any
 from proxy.settings import ModelSettings
 
 
-class InputPrices:
-    """US dollars per million input tokens by model name: the ``models`` table's
-    ``input_price``, the first pattern that matches and sets one."""
+class PriceColumn:
+    """US dollars per million tokens by model name: one price column of the ``models`` table
+    (``input_price`` unless told), the first pattern that matches and sets it."""
 
-    def __init__(self, models: Mapping[str, ModelSettings]) -> None:
+    def __init__(self, models: Mapping[str, ModelSettings], column: str = "input_price") -> None:
         self._patterns = [
-            (pattern, entry.input_price)
+            (pattern, getattr(entry, column))
             for pattern, entry in models.items()
-            if pattern != "default" and entry.input_price is not None
+            if pattern != "default" and getattr(entry, column) is not None
         ]
         default = models.get("default")
-        self._default = default.input_price if default is not None else None
+        self._default = getattr(default, column) if default is not None else None
 
     def per_million(self, model: object) -> float | None:
         if not isinstance(model, str):
@@ -55,7 +55,7 @@ def _new_row(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _add(row: dict[str, Any], event: Mapping[str, Any], prices: InputPrices) -> None:
+def _add(row: dict[str, Any], event: Mapping[str, Any], prices: PriceColumn) -> None:
     time = float(event.get("time") or 0.0)
     if time >= row["last"]:
         row["model"] = event.get("model") or row["model"]
@@ -77,7 +77,7 @@ def _add(row: dict[str, Any], event: Mapping[str, Any], prices: InputPrices) -> 
 
 
 def summarize_sessions(
-    events: Iterable[Mapping[str, Any]], prices: InputPrices, limit: int = 50
+    events: Iterable[Mapping[str, Any]], prices: PriceColumn, limit: int = 50
 ) -> list[dict[str, Any]]:
     """The ``limit`` sessions with the newest events, newest first."""
     rows: dict[str, dict[str, Any]] = {}

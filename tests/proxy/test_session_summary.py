@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.session_summary import InputPrices, summarize_sessions
+from proxy.session_summary import PriceColumn, summarize_sessions
 from proxy.settings import ModelSettings
 
-PRICES = InputPrices(
+PRICES = PriceColumn(
     {
         "gpt-4o-mini*": ModelSettings(input_price=0.15),
         "gpt-4o*": ModelSettings(input_price=2.5),
