@@ -32,10 +32,7 @@ from proxy.session_summary import PriceColumn
 from proxy.sessions import root_session
 from proxy.settings import Settings
 
-# Without prices, the cost is in full-price input tokens with each provider's usual ratios.
 Headers = list[tuple[bytes, bytes]]
-_RATIOS = {"anthropic": (0.1, 1.25)}
-_DEFAULT_RATIOS = (0.5, 1.0)
 _TOKEN_KINDS = (("prompt", "prompt"), ("cached", "cached"), ("cache_write", "written"), ("output", "output"))
 
 
@@ -107,7 +104,6 @@ def request_figures(
 ) -> tuple[dict[str, float], str | None]:
     """The request's figures (``proxy.canary.COUNTED``) and how its answer ended."""
     usage, tool_call, body = Usage(), False, b""
-    door = exchange.route
     reads = exchange.reads
     if reads is not None:
         for round_usage in reads.usage_per_round:
@@ -122,7 +118,6 @@ def request_figures(
         tool_call = tool_call or capture.tool_call
     failed = exchange.status != 200 or exchange.error is not None
     context = failed and is_context_error(exchange.status, body)
-    cached_ratio, write_ratio = _RATIOS.get(door, _DEFAULT_RATIOS)
     counted = {
         "requests": 1,
         "prompt": usage.prompt,
@@ -134,7 +129,9 @@ def request_figures(
         "reads": len(reads.reads) if reads is not None else 0,
         "repeats": exchange.repeats,
         "agent_compactions": int("agent_compaction" in exchange.dialect_notes),
-        "cost": prices.cost(usage, cached_ratio=cached_ratio, write_ratio=write_ratio),
+        "cost": prices.cost(
+            usage, cached_ratio=dialect.cached_input_ratio, write_ratio=dialect.cache_write_ratio
+        ),
     }
     ending = None if failed else ("tool" if tool_call else "final")
     return counted, ending

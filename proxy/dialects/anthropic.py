@@ -105,6 +105,8 @@ _BILLED_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input
 
 class AnthropicDialect(BaseDialect):
     tool_call_marker = b'"tool_use"'
+    cached_input_ratio = 0.1
+    cache_write_ratio = 1.25
     name = "anthropic"
 
     def __init__(self, hidden: HiddenRounds | None = None) -> None:

@@ -105,6 +105,12 @@ class Dialect(Protocol):
         """Bytes only an answer that calls a tool contains."""
         ...
 
+    @property
+    def cached_input_ratio(self) -> float: ...
+
+    @property
+    def cache_write_ratio(self) -> float: ...
+
     def billed(self, usages: Iterable[Any]) -> Usage:
         """An answer's usage objects as the provider billed them (prompt, cached, written, output)."""
         ...
@@ -271,6 +277,10 @@ class BaseDialect:
     # bytes only an answer that calls a tool contains (the canary's figures).
     cached_path: ClassVar[tuple[str, ...]] = ("prompt_tokens_details", "cached_tokens")
     tool_call_marker: ClassVar[bytes] = b'"tool_calls"'
+    # Without prices in the models table, the provider's usual price of a cached input token
+    # and of a cache write, relative to a full-price input token.
+    cached_input_ratio: ClassVar[float] = 0.5
+    cache_write_ratio: ClassVar[float] = 1.0
 
     def parse(self, body: Any, lenient: bool) -> Parsed:
         raise NotImplementedError
