@@ -47,6 +47,7 @@ from policies.ledger_records import (
     saved_user_words,
 )
 from policies.message_actions import actions_of
+from policies.output_lines import error_lines, summary_lines
 from policies.shell_commands import exit_code
 
 LEDGER_HEADING = "## State ledger (exact, extracted from the history)"
@@ -55,14 +56,7 @@ MAX_ITEMS = 40
 # Saved outputs listed by handle (the newest); placeholders in the view name the others.
 MAX_HANDLES = 100
 
-_TEST_SUMMARY = re.compile(
-    r"\b\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b"
-    r"(?:, \d+ \w+)*(?: in [\d.]+s)?"
-)
 _OPEN_FILE = re.compile(r"\(Open file: (/[^)\s]*)\)")
-_ERROR_LINE = re.compile(
-    r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error|fatal|FAILED)\b[:\s].*"
-)
 
 
 class FileRecord(msgspec.Struct, frozen=True):
@@ -386,9 +380,9 @@ class _Builder:
         opened = _OPEN_FILE.findall(text[-2000:]) if "(Open file: " in text else []
         if opened:
             self.open_file = opened[-1]
-        for line in text.splitlines():
-            if len(self.errors) < MAX_ITEMS and _ERROR_LINE.match(line) and line.strip() not in self.errors:
+        for line in error_lines(text):
+            if len(self.errors) >= MAX_ITEMS:
+                break
+            if line.strip() not in self.errors:
                 self.errors.append(line.strip()[:300])
-            summary = _TEST_SUMMARY.search(line)
-            if summary and ("passed" in line or "failed" in line or "error" in line):
-                self.tests.append(line.strip(" =")[:200])
+        self.tests += [line.strip(" =")[:200] for line in summary_lines(text)]
