@@ -252,31 +252,62 @@ def parse(messages: Sequence[Message]) -> Conversation:
 _CONTENT_PART_TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
-def _part_problem(part: Any, where: str) -> str | None:
+def _part_problem(part: Any) -> str | None:
+    """What is wrong with a content part, as a path below it (``.text must be a string``)."""
     if isinstance(part, str):
         return None
     if not isinstance(part, dict):
-        return f"{where} must be an object"
+        return " must be an object"
     kind = part.get("type")
     if kind is not None and not isinstance(kind, str):
-        return f"{where}.type must be a string"
+        return ".type must be a string"
     if kind in _CONTENT_PART_TEXT_TYPES and not isinstance(part.get("text"), str):
-        return f"{where}.text must be a string"
+        return ".text must be a string"
     return None
 
 
-def _call_problem(call: Any, where: str) -> str | None:
+def _call_problem(call: Any) -> str | None:
     if not isinstance(call, dict):
-        return f"{where} must be an object"
+        return " must be an object"
     if not isinstance(call.get("id"), str):
-        return f"{where}.id must be a string"
+        return ".id must be a string"
     function = call.get("function")
     if not isinstance(function, dict):
-        return f"{where}.function must be an object"
+        return ".function must be an object"
     if not isinstance(function.get("name"), str):
-        return f"{where}.function.name must be a string"
+        return ".function.name must be a string"
     if not isinstance(function.get("arguments", ""), str):
-        return f"{where}.function.arguments must be a string"
+        return ".function.arguments must be a string"
+    return None
+
+
+def _message_problem(message: Any) -> str | None:
+    """What is wrong with one message, as a path below it; the path is only written for a
+    message that has a problem (every request checks each of its messages)."""
+    if not isinstance(message, dict):
+        return " must be an object"
+    if not isinstance(message.get("role"), str):
+        return ".role must be a string"
+    content = message.get("content")
+    if isinstance(content, list):
+        for position, part in enumerate(content):
+            problem = _part_problem(part)
+            if problem:
+                return f".content[{position}]{problem}"
+    elif content is not None and not isinstance(content, str):
+        return ".content must be a string, an array of parts or null"
+    for key in ("name", "tool_call_id"):
+        value = message.get(key)
+        if value is not None and not isinstance(value, str):
+            return f".{key} must be a string"
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            return ".tool_calls must be an array"
+        for position, call in enumerate(calls):
+            problem = _call_problem(call)
+            if problem:
+                return f".tool_calls[{position}]{problem}"
     return None
 
 
@@ -285,28 +316,7 @@ def shape_problem(messages: Sequence[Any]) -> str | None:
     must be a string``), or None. Such a request is never compacted: it goes upstream as the
     client sent it, and the upstream's own error answers it."""
     for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            return f"{where} must be an object"
-        if not isinstance(message.get("role"), str):
-            return f"{where}.role must be a string"
-        content = message.get("content")
-        if isinstance(content, list):
-            for position, part in enumerate(content):
-                problem = _part_problem(part, f"{where}.content[{position}]")
-                if problem:
-                    return problem
-        elif content is not None and not isinstance(content, str):
-            return f"{where}.content must be a string, an array of parts or null"
-        for key in ("name", "tool_call_id"):
-            if key in message and message[key] is not None and not isinstance(message[key], str):
-                return f"{where}.{key} must be a string"
-        calls = message.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list):
-                return f"{where}.tool_calls must be an array"
-            for position, call in enumerate(calls):
-                problem = _call_problem(call, f"{where}.tool_calls[{position}]")
-                if problem:
-                    return problem
+        problem = _message_problem(message)
+        if problem:
+            return f"messages[{index}]{problem}"
     return None

@@ -191,6 +191,10 @@ class TokenCounter:
         # Only in a counter for one request (``for_request``): message id -> (message,
         # encoding, tokens). The message is held, so its id cannot name another object.
         self._messages: dict[int, tuple[object, str, int]] | None = None
+        # Only there too: list id -> (a copy of the list, encoding, its counts). The stages ask
+        # for the counts of one list several times; a hit needs the list equal to the copy
+        # (its messages the same objects, in C), so a list changed in place counts again.
+        self._lists: dict[int, tuple[list[object], str, tuple[int, ...]]] | None = None
 
     def for_request(self) -> TokenCounter:
         """This counter for one request: the same caches and encodings, and a memo of the
@@ -200,6 +204,7 @@ class TokenCounter:
         must not change once counted (the stages build new messages, never edit one)."""
         scoped = copy.copy(self)
         scoped._messages = {}
+        scoped._lists = {}
         return scoped
 
     def remember(self, message: object, encoding: str, tokens: int) -> None:
@@ -349,7 +354,15 @@ class TokenCounter:
         return total
 
     def count_messages(self, messages: Sequence[object], encoding: str) -> tuple[int, ...]:
-        return tuple(self.count_message(m, encoding) for m in messages)
+        lists = self._lists
+        if lists is None or not isinstance(messages, list):
+            return tuple(self.count_message(m, encoding) for m in messages)
+        found = lists.get(id(messages))
+        if found is not None and found[1] == encoding and found[0] == messages:
+            return found[2]
+        counts = tuple(self.count_message(m, encoding) for m in messages)
+        lists[id(messages)] = (list(messages), encoding, counts)
+        return counts
 
     def count_request(self, body: Mapping[str, Any]) -> RequestTokens:
         """Prompt tokens of a chat request: messages, tool schemas and the reply priming."""

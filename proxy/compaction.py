@@ -136,12 +136,15 @@ class CompactionService:
         messages = neutral["messages"]
         resolution = None
         digests = self.digests.for_request()
+        explicit = header_value(headers, b"x-session-id")
+        # The session the conversation's root names, when the client names none (a scan of
+        # every message, so not made when it does).
+        root = "" if explicit else root_session(neutral, tenant)
+        # The conversation's last request: its known prefix is neither counted nor digested
+        # again, whatever the policy (a pass-through request is counted for its metrics too).
+        known_key = f"{tenant}\x1f{explicit.decode('latin-1')}" if explicit else root
+        adopted = self.known.adopt(known_key, messages, encoding, counter, digests)
         if self.keeps_session_state(effective):
-            explicit = header_value(headers, b"x-session-id")
-            root = root_session(neutral, tenant)
-            # The conversation's last request: its known prefix is neither counted nor digested again.
-            known_key = f"{tenant}\x1f{explicit.decode('latin-1')}" if explicit else root
-            adopted = self.known.adopt(known_key, messages, encoding, counter, digests)
             resolution = await self.session_of(
                 headers, root, tenant, policy.name, [] if explicit else [digests.message(m) for m in messages]
             )
@@ -185,8 +188,7 @@ class CompactionService:
         compacted.outcome = await self._apply(
             effective, headers, tenant, session, resolution, compacted, compute, client_origin, dry_run
         )
-        if resolution is not None:
-            self.known.keep(known_key, messages, adopted, encoding, counter, digests)
+        self.known.keep(known_key, messages, adopted, encoding, counter, digests)
         return compacted
 
     async def compact_large(
