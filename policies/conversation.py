@@ -311,12 +311,13 @@ def _message_problem(message: Any) -> str | None:
     return None
 
 
-def shape_problem(messages: Sequence[Any]) -> str | None:
+def shape_problem(messages: Sequence[Any], start: int = 0) -> str | None:
     """The first field of a chat history with a type no API accepts (``messages[3].tool_call_id
     must be a string``), or None. Such a request is never compacted: it goes upstream as the
-    client sent it, and the upstream's own error answers it."""
-    for index, message in enumerate(messages):
-        problem = _message_problem(message)
+    client sent it, and the upstream's own error answers it. The messages before ``start``
+    are known to have none (each message is checked on its own)."""
+    for index in range(start, len(messages)):
+        problem = _message_problem(messages[index])
         if problem:
             return f"messages[{index}]{problem}"
     return None

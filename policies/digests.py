@@ -66,6 +66,11 @@ class Digests:
         if self._ids is not None:
             self._ids[id(message)] = (message, digest)
 
+    def remember_all(self, messages: Sequence[Message], digests: Sequence[str | None]) -> None:
+        """``remember`` for each of ``messages`` whose digest in ``digests`` is not None."""
+        if self._ids is not None:
+            self._ids.update((id(m), (m, d)) for m, d in zip(messages, digests, strict=True) if d is not None)
+
     def known(self, messages: Sequence[Message]) -> tuple[str | None, ...]:
         """The digest this request took of each of ``messages``, None where it took none."""
         ids = self._ids or {}

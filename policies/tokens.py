@@ -19,6 +19,7 @@ import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -212,6 +213,12 @@ class TokenCounter:
         ``for_request``): the caller knows it from an equal message counted before."""
         if self._messages is not None:
             self._messages[id(message)] = (message, encoding, tokens)
+
+    def remember_all(self, messages: Sequence[object], encoding: str, counts: Sequence[int]) -> None:
+        """``remember`` for each of ``messages`` with its count in ``counts`` (one C loop)."""
+        if self._messages is not None:
+            pairs = zip(messages, repeat(encoding), counts, strict=False)  # repeat is endless
+            self._messages.update(zip(map(id, messages), pairs, strict=True))
 
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
         """Load encodings now (about 0.3 s each) instead of on first use; by default the

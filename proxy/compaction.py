@@ -1,11 +1,10 @@
 """The compaction service: one request's view, whatever its wire format.
 
-It takes the neutral conversation a dialect adapter read (or, for a large body, the raw bytes,
-which a worker process reads with the same adapter), finds the request's session (the client's
-``X-Session-Id``, else the session whose requests it extends), and under that session's lock
-loads its checkpoint (or a fork's parent's), applies the policy, stores what the policy
-offloaded before any view naming it can be sent, and keeps the next checkpoint. It knows no
-wire format and writes no response.
+It takes the neutral conversation a dialect adapter read (a large body: the raw bytes, which a
+worker process reads with the same adapter), finds its session (``X-Session-Id``, else the one
+whose requests it extends), and under the session's lock loads its checkpoint (or a fork's
+parent's), applies the policy, stores what was offloaded before a view naming it can be sent,
+and keeps the next checkpoint. It knows no wire format and writes no response.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from policies.tokens import TokenCounter
 from proxy.agent_compaction import passes_as_sent
 from proxy.errors import ProxyError
 from proxy.forwarding import header_value
+from proxy.known_bodies import KnownBodies
 from proxy.known_prefix import KnownPrefixes
 from proxy.large_requests import LargeRequests, LargeWorker
 from proxy.metrics import Metrics
@@ -96,6 +96,7 @@ class CompactionService:
         self.branches = BranchIndex(max_sessions)
         self.digests = Digests(counter=counter)
         self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
+        self.bodies = KnownBodies(max_bodies=max_sessions, max_bytes=4 * known_prefix_tokens)
         self.background: set[asyncio.Task[None]] = set()
         # Model summaries prepared ahead (summarizer.prepare_at): a compaction point never waits.
         self.prepared = prepared if summarizer is not None and prepare_at is not None else None

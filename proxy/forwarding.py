@@ -6,6 +6,7 @@ so the rules are testable without a server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -96,18 +97,20 @@ class UnsafePath(ValueError):
 # inside a segment, as in a model id `org%2Fmodel`, is kept: the URL is built from parts, and
 # the checks below look at the decoded path.)
 _HIDDEN_SEPARATORS = (b"%5c",)
+_CONTROL_OR_NON_ASCII = re.compile(rb"[\x00-\x1f\x7f-\xff]")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 def is_safe_path(raw_path: bytes) -> bool:
     """Reject dot segments and empty segments (plain or percent-encoded), backslashes (plain
     or encoded), control characters and non-ASCII bytes."""
     lowered = raw_path.lower()
-    if any(ord(c) < 0x20 or ord(c) >= 0x7F for c in raw_path.decode("latin-1")):
+    if _CONTROL_OR_NON_ASCII.search(raw_path):
         return False
     if b"\\" in raw_path or any(escape in lowered for escape in _HIDDEN_SEPARATORS):
         return False
-    decoded = unquote_to_bytes(raw_path)
-    if any(byte < 0x20 or byte == 0x7F for byte in decoded) or b"\\" in decoded:
+    decoded = raw_path if b"%" not in raw_path else unquote_to_bytes(raw_path)
+    if _CONTROL.search(decoded) or b"\\" in decoded:
         return False
     segments = decoded.split(b"/")
     if b"" in segments[1:-1]:

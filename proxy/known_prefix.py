@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 from policies.digests import Digests
@@ -60,16 +62,13 @@ class KnownPrefixes:
             return 0
         previous = known.messages
         limit = min(len(previous), len(messages))
-        index = 0
-        while index < limit:
-            message = messages[index]
-            if message is not previous[index] and message != previous[index]:
-                break
-            counter.remember(message, encoding, known.tokens[index])
-            digest = known.digests[index]
-            if digest is not None:
-                digests.remember(message, digest)
+        # Usually the very objects (``known_bodies.py`` reuses them): the first that is not
+        # found by C iterators, then equal messages one by one.
+        index = next(compress(count(), map(is_not, messages[:limit], previous[:limit])), limit)
+        while index < limit and messages[index] == previous[index]:
             index += 1
+        counter.remember_all(messages[:index], encoding, known.tokens[:index])
+        digests.remember_all(messages[:index], known.digests[:index])
         return index
 
     def keep(

@@ -13,13 +13,12 @@ reads of one answer and capped per result; it says what it left out. Reads per a
 bytes read per request are limited too; past a limit the model is told so and goes on without.
 
 If one answer mixes ``read_tool_output`` with the agent's own tool calls, the proxy resolves
-its reads and asks again, and the agent's calls of that answer are never run: the model
-re-issues them with the evidence in hand. (Chat drops those calls from the round it sends
-back; the Responses and Messages doors send the answer back whole, each of those calls
-answered with ``NOT_RUN``, since their reasoning and thinking must return with their items.)
+its reads and asks again; the agent's calls of that answer are never run (the model re-issues
+them with the evidence in hand): Chat drops them from the round it sends back, the Responses
+and Messages doors answer each with ``NOT_RUN`` (reasoning returns with its items).
 
-``ReadLoop`` is a sans-I/O state machine, one for every wire format, JSON and streams (its
-``Dialect`` counts, appends rounds and withdraws the tool): it decides and never does I/O.
+``ReadLoop`` is a sans-I/O state machine for every wire format, JSON and streams (its
+``Dialect`` counts, appends rounds, withdraws the tool): it decides, never does I/O.
 ``start()`` gives the first command, ``feed(answer)`` and ``resolved(results)`` the next one:
 ``Send``, ``Read``, ``Done`` or ``Fail``. ``loop_driver.py`` does each command's I/O;
 ``read_answers.py`` shares an answer's room between its reads (pure, driven from here) and
@@ -343,18 +342,20 @@ class ReadLoop:
 
     def _next_request(self) -> dict[str, Any]:
         """The body of the next round. The last allowed one goes without the read tool: the
-        model then answers, or calls the agent's own tools (``tool_choice: none`` would forbid
-        those, and an agent takes a text answer for the end of its task). A round whose reads
-        came out larger than the room they were given (counting is done per piece) is sent
-        without them: the model goes on from what it had."""
-        if self.dialect.count(self.body, self.counter) > self.hard_budget and self._previous is not None:
+        model answers, or calls the agent's own tools (``tool_choice: none`` would forbid them,
+        and an agent takes a text answer for its end). A round whose reads came out larger
+        than their room (counted per piece) goes without them: the model goes on from what it had."""
+        tokens = self.dialect.count(self.body, self.counter)  # once a round, unless it changes
+        if tokens > self.hard_budget and self._previous is not None:
             self.body, self._previous = self._previous, None
             self._rounds.pop()
             self.exhausted = True
+            tokens = self.dialect.count(self.body, self.counter)
         body = self.body
         if self.result.rounds >= self.limits.max_rounds or self.exhausted:
             body = self.dialect.without_read_tool(body)
-        self.result.round_tokens.append(self.dialect.count(body, self.counter))
+            tokens = self.dialect.count(body, self.counter)
+        self.result.round_tokens.append(tokens)
         return body
 
     def _add_round(self, answer: Answer, results: list[tuple[Any, str]]) -> None:

@@ -8,8 +8,7 @@ compact (the compaction service makes the view), render the view in the dialect,
 delivery. A step that returns False ends the preparation: the request then goes as it is,
 which for every step before the view is the client's own bytes. The request is delivered as a
 plain relay, or through the ``read_tool_output`` loop when the view names a saved output.
-Only what goes upstream is kept while the upstream works (seconds for a model): the client's
-bytes and their parsed copy are released first.
+While the upstream works only the body sent is held (and, bounded, each conversation's last).
 
 Nothing here knows a wire format: a dialect's own needs (hidden read rounds, headers a body
 needs upstream) are hooks of its adapter (``dialects/base.py``).
@@ -29,7 +28,7 @@ from proxy.canary_runtime import CanaryArms, place_in_arm
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
-from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json, parse_json
+from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json
 from proxy.forwarding import header_value
 from proxy.large_requests import LargeRequests
 from proxy.loop_runner import LoopPlan, LoopRunner
@@ -206,9 +205,9 @@ class CompactingRoute:
         return mode != "off"
 
     async def read(self, draft: Draft) -> bool:
-        """The body parsed (a large one is left to a worker process, in ``compact``) and read
-        by the dialect. An unreadable body goes as sent, never a 500: the upstream's own error
-        answers it."""
+        """The body parsed from where it stops repeating the conversation's last one (a large
+        one is left to a worker process, in ``compact``) and read by the dialect. An unreadable
+        body goes as sent, never a 500: the upstream's own error answers it."""
         large = self.service.large
         if large.wants(draft.content):
             return True
@@ -222,11 +221,14 @@ class CompactingRoute:
 
     async def _read(self, draft: Draft, large: LargeRequests) -> bool:
         try:
-            data, lenient = parse_json(draft.content)
-            if large.wants_parsed(data):
+            door = draft.dialect
+            body = self.service.bodies.read(draft.tenant, door, draft.headers, draft.content)
+            if large.wants_parsed(body.data):
                 return True  # a worker process reads it again, and compacts it
-            data, restored = await draft.dialect.restore(draft.tenant, data)
-            draft.parsed = draft.dialect.parse(data, lenient)
+            data, restored = await door.restore(draft.tenant, body.data)
+            draft.parsed = door.parse(data, body.lenient, 0 if restored else body.known)
+            if draft.parsed.skipped is None and not restored:
+                body.checked()
         except (NestedTooDeep, *_UNREADABLE) as exc:
             return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
         if restored:

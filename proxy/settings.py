@@ -198,8 +198,9 @@ class EventSettings(_Section, frozen=True):
 class SessionSettings(_Section, frozen=True):
     # Sessions whose checkpoints are kept in memory; the least recently used go first.
     max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
-    # Each recent conversation's last request is kept (its messages, counts and digests) so the
-    # next one counts and digests only what it adds; this bounds the tokens they hold (0: off).
+    # Each recent conversation's last request is kept (its body, messages, counts and digests)
+    # so the next one parses, counts and digests only what it adds; this bounds the tokens
+    # they hold (the bodies: 4 bytes a token; 0: off).
     known_prefix_tokens: Annotated[int, msgspec.Meta(ge=0)] = 8 * 1024 * 1024
 
 

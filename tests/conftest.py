@@ -60,6 +60,10 @@ def _loopback_only() -> Iterator[None]:
     socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
     for variable in [v for v in os.environ if v.startswith("COMPACTION_PROXY_")]:
         del os.environ[variable]
+    # Every body read from its conversation's known prefix is compared with its whole parse
+    # (in this process and in every proxy it starts): a parsed body changed in place by the
+    # proxy would make the next one differ.
+    os.environ["CPX_VERIFY_KNOWN_BODIES"] = "1"
     yield
     socket.socket.connect = _real_connect  # type: ignore[method-assign]
     socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]

@@ -114,7 +114,7 @@ class AnthropicDialect(BaseDialect):
         the client echoes their answer (None: not kept, as in a worker process)."""
         self.hidden = hidden
 
-    def parse(self, body: Any, lenient: bool) -> Parsed:
+    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         messages = body.get("messages")

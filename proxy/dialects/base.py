@@ -115,8 +115,15 @@ class Dialect(Protocol):
         """An answer's usage objects as the provider billed them (prompt, cached, written, output)."""
         ...
 
-    def parse(self, body: Any, lenient: bool) -> Parsed:
-        """Read a request; a structural error is a ``ProxyError`` (400) naming the field."""
+    @property
+    def history_field(self) -> str:
+        """The body's list of messages or items the conversation grows."""
+        ...
+
+    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+        """Read a request; a structural error is a ``ProxyError`` (400) naming the field.
+        ``known``: how many leading items of the history are the conversation's last
+        request's, read (and checked) then."""
         ...
 
     def render(self, parsed: Parsed, view: Sequence[Message], origin: Sequence[int]) -> dict[str, Any]:
@@ -281,8 +288,9 @@ class BaseDialect:
     # and of a cache write, relative to a full-price input token.
     cached_input_ratio: ClassVar[float] = 0.5
     cache_write_ratio: ClassVar[float] = 1.0
+    history_field: ClassVar[str] = "messages"
 
-    def parse(self, body: Any, lenient: bool) -> Parsed:
+    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
         raise NotImplementedError
 
     def answer_tokens(self, body: dict[str, Any]) -> int:

@@ -45,8 +45,9 @@ class ResponsesDialect(BaseDialect):
     cached_path = ("input_tokens_details", "cached_tokens")
     tool_call_marker = b'"function_call"'
     max_tokens_key = "max_output_tokens"
+    history_field = "input"
 
-    def parse(self, body: Any, lenient: bool) -> Parsed:
+    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         raw = body.get("input")

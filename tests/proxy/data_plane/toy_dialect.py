@@ -84,8 +84,9 @@ class ToyDialect(BaseDialect):
     output_key = "out"
     total_key = "all"
     max_tokens_key = "limit"
+    history_field = "turns"
 
-    def parse(self, body: Any, lenient: bool) -> Parsed:
+    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         turns = body.get("turns")
