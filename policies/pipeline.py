@@ -121,11 +121,15 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
     if not head and not checkpoint.placeholders and not checkpoint.dropped:
         return
     messages, origin = head, head_origin
-    sticky = bool(checkpoint.placeholders or checkpoint.dropped)
+    decided = _decided_indices(checkpoint)
     for index in range(start, len(original)):
         message = original[index]
         # A junk entry (null, a string) is never one the checkpoint replaced: it goes as it is.
-        if sticky and isinstance(message, dict) and message.get("role") in ("tool", "user", "assistant"):
+        if (
+            (decided is None or index in decided)
+            and isinstance(message, dict)
+            and message.get("role") in ("tool", "user", "assistant")
+        ):
             digest = digests.at(index, message)
             if digest in checkpoint.dropped:
                 continue
@@ -136,6 +140,15 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
     view.changed = messages != list(original)
     if view.changed:
         view.mechanisms.append("checkpoint")
+
+
+def _decided_indices(checkpoint: Checkpoint) -> set[int] | None:
+    """The client indices the checkpoint's placeholders and dropped messages are about (their
+    keys are "index:digest"): only those messages are digested. None: any may be."""
+    try:
+        return {int(key.partition(":")[0]) for key in (*checkpoint.placeholders, *checkpoint.dropped)}
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from policies.conversation import message_text, role
+from policies.conversation import message_text
 
 _CODEX_KIND = re.compile(rb'"request_kind"\s*:\s*"compaction"')
 # Claude Code's /compact (and auto-compact) prompt, as it opens its last user message.
@@ -32,7 +32,8 @@ def agent_compaction(headers: Sequence[tuple[bytes, bytes]], messages: Sequence[
     for name, value in headers:
         if name == b"x-codex-turn-metadata" and _CODEX_KIND.search(value):
             return "codex"
-    last = next((m for m in reversed(messages) if role(m) == "user"), None)
+    # The last user message (an agent's history is mostly assistant and tool messages behind it).
+    last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
     if last is not None:
         text = message_text(last)[:4000]
         if any(prompt in text for prompt in _CLAUDE_PROMPTS):

@@ -189,7 +189,7 @@ class CompactionService:
         compacted.outcome = await self._apply(
             effective, headers, tenant, session, resolution, compacted, compute, client_origin, dry_run
         )
-        self.known.keep(known_key, messages, adopted, encoding, counter, digests)
+        self.known.keep(known_key, messages, adopted, encoding, counter, digests, compacted.outcome.messages)
         return compacted
 
     async def compact_large(

@@ -37,6 +37,10 @@ class KnownRequest:
     tokens: tuple[int, ...]
     digests: tuple[str | None, ...]
     size: int  # tokens held, the budget's unit
+    # The view sent and its counts: the session's own messages in it (a summary, placeholders,
+    # a note) are the same objects in the next view, which then need no count.
+    view: tuple[Any, ...] = ()
+    view_tokens: tuple[int, ...] = ()
 
 
 class KnownPrefixes:
@@ -67,6 +71,7 @@ class KnownPrefixes:
         index = next(compress(count(), map(is_not, messages[:limit], previous[:limit])), limit)
         while index < limit and messages[index] == previous[index]:
             index += 1
+        counter.remember_all(known.view, encoding, known.view_tokens)
         counter.remember_all(messages[:index], encoding, known.tokens[:index])
         digests.remember_all(messages[:index], known.digests[:index])
         return index
@@ -79,13 +84,16 @@ class KnownPrefixes:
         encoding: str,
         counter: TokenCounter,
         digests: Digests,
+        view: Sequence[Any] | None = None,
     ) -> None:
         """Remember ``messages`` as the conversation's last request (counted by ``counter``:
-        every count is a lookup in its memo by then). Its first ``adopted`` messages equal the
-        ones already kept, and those stay: the objects kept are the first parse of each
-        message, whose texts the count cache holds too, so keeping them adds no text copy."""
+        every count is a lookup in its memo by then), and the ``view`` sent for it. Its first
+        ``adopted`` messages equal the ones already kept, and those stay: the objects kept are
+        the first parse of each message, whose texts the count cache holds too, so keeping
+        them adds no text copy."""
         tokens = counter.count_messages(messages, encoding)
-        size = sum(tokens)
+        view_tokens = counter.count_messages(view, encoding) if view else ()
+        size = sum(tokens) + sum(view_tokens)
         if size > self.max_tokens // 4:
             self.forget(key)  # one huge conversation must not push out all the others
             return
@@ -94,7 +102,7 @@ class KnownPrefixes:
         kept = list(messages)
         if previous is not None and adopted:
             kept[:adopted] = previous.messages[:adopted]
-        known = KnownRequest(kept, encoding, tokens, found, size)
+        known = KnownRequest(kept, encoding, tokens, found, size, tuple(view or ()), view_tokens)
         self.forget(key)
         self._known[key] = known
         self._tokens += size
