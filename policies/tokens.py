@@ -367,6 +367,11 @@ class TokenCounter:
         found = lists.get(id(messages))
         if found is not None and found[1] == encoding and found[0] == messages:
             return found[2]
+        # Another list of the same messages (a body rendered from the view): equal to a
+        # counted one, element by element, mostly by identity.
+        for saved, saved_encoding, saved_counts in lists.values():
+            if saved_encoding == encoding and len(saved) == len(messages) and saved == messages:
+                return saved_counts
         counts = tuple(self.count_message(m, encoding) for m in messages)
         lists[id(messages)] = (list(messages), encoding, counts)
         return counts
