@@ -3,6 +3,7 @@ what produced them, whether they failed, and a one-line description of each."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,6 +76,11 @@ def action_of(messages: Sequence[Message], index: int, calls: dict[str, dict[str
     return "action", first_line
 
 
+# Every compaction point asks again about each output of the history (a retry chain can span
+# all of it), and an output's text is the same object from request to request (a body is
+# read from where it stops repeating the last one), so its hash is computed once. A pure
+# function's memo, bounded: no state a request could tell apart.
+@functools.lru_cache(maxsize=8192)
 def failed(text: str) -> bool:
     code = exit_code(text)
     if code is not None:
