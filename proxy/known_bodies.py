@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,6 +64,8 @@ class _Known:
     ends: list[int]  # offset just after each item
     items: list[Any]
     head: dict[str, Any]  # the top-level fields before the history list
+    list_end: int  # offset of the history list's "]"
+    tail: dict[str, Any]  # the top-level fields after it
     checked: int = 0  # leading items the reader found sound
 
 
@@ -155,19 +157,21 @@ class KnownBodies:
     def _warm(self, known: _Known, body: bytes) -> tuple[ParsedBody | None, _Known | None]:
         shared = common_prefix(body, known.body)
         # An item is reused when its bytes are shared and it is whole: it closes (an object, an
-        # array, a string), or the byte after it is shared too ("12" may go on as "123").
+        # array, a string), or the byte after it is shared too ("12" may go on as "123"). Items
+        # recorded at one end (appended together) are reused together.
         reused = bisect_left(known.ends, shared)
         if reused < len(known.ends) and known.ends[reused] == shared and known.body[shared - 1] in b'}]"':
-            reused += 1
+            reused = bisect_right(known.ends, shared)
         if reused == 0:
             return None, None
         items = known.items[:reused]
         ends = known.ends[:reused]
-        tail = _read_rest(body, ends[-1], items, ends)
+        rest = _appended(body, known, items, ends) or _read_rest(body, ends[-1], items, ends)
+        list_end, tail = rest
         if known.field in tail:
             raise _Unexpected("the history field appears twice")
         data = {**known.head, known.field: items, **tail}
-        record = _Known(body, known.field, known.list_start, ends, items, known.head)
+        record = _Known(body, known.field, known.list_start, ends, items, known.head, list_end, tail)
         return ParsedBody(data, False, min(reused, known.checked), record), record
 
     def _remember(self, key: bytes, record: _Known | None) -> None:
@@ -207,9 +211,37 @@ class _Text:
         return char
 
 
-def _read_rest(body: bytes, after: int, items: list[Any], ends: list[int]) -> dict[str, Any]:
+def _appended(
+    body: bytes, known: _Known, items: list[Any], ends: list[int]
+) -> tuple[int, dict[str, Any]] | None:
+    """The usual next body: items appended to the history and the same fields after it. Then
+    what lies between the last reused item and those closing bytes is the new items, parsed
+    in one call (wrapped as an array, which is valid only if they are whole values separated
+    by commas, so the body is as valid as the last one). Their ends are not told apart: each
+    is recorded at the last one's, so a later body reuses them together or not at all."""
+    closing = known.body[known.list_end :]
+    after = ends[-1]
+    list_end = len(body) - len(closing)
+    if list_end < after or not body.endswith(closing):
+        return None
+    between = body[after:list_end].rstrip(b" \t\n\r")
+    if between.lstrip(b" \t\n\r"):
+        if not between.lstrip(b" \t\n\r").startswith(b","):
+            return None
+        try:
+            new = orjson.loads(b"[" + between.lstrip(b" \t\n\r")[1:] + b"]")
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(new, list) or not new:
+            return None  # a comma and nothing after it
+        items += new
+        ends += [after + len(between)] * len(new)
+    return list_end, known.tail
+
+
+def _read_rest(body: bytes, after: int, items: list[Any], ends: list[int]) -> tuple[int, dict[str, Any]]:
     """The history's items after byte ``after`` (the end of the last reused one), appended to
-    ``items`` and ``ends``; the top-level fields after the list, parsed."""
+    ``items`` and ``ends``; where the list ends and the top-level fields after it, parsed."""
     text = _Text(body, after)
     char = text.skip_blanks(0)
     while char < len(text.text) and text.text[char] == ",":
@@ -221,16 +253,17 @@ def _read_rest(body: bytes, after: int, items: list[Any], ends: list[int]) -> di
         char = text.skip_blanks(end)
     if char >= len(text.text) or text.text[char] != "]":
         raise _Unexpected("the history list does not end where expected")
+    list_end = text.byte_at(char)
     char = text.skip_blanks(char + 1)
     rest = body[text.byte_at(char) :]
     if rest.rstrip(b" \t\n\r") == b"}":
-        return {}
+        return list_end, {}
     if not rest.startswith(b","):
         raise _Unexpected("no field follows the history list")
     tail = orjson.loads(b"{" + rest[1:])
     if not isinstance(tail, dict):
         raise _Unexpected("the fields after the history list are not an object's")
-    return tail
+    return list_end, tail
 
 
 def _cold_record(body: bytes, data: Any, field: str) -> _Known | None:
@@ -284,4 +317,5 @@ def _list_record(
         char = text.skip_blanks(char)
     if text.text[char] != "]":
         return None
-    return _Known(body, field, list_start, ends, list(items), head)
+    tail = {name: value for name, value in data.items() if name not in head and name != field}
+    return _Known(body, field, list_start, ends, list(items), head, text.byte_at(char), tail)

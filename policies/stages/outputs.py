@@ -95,16 +95,19 @@ def _clip(text: str, limit: int) -> str:
 
 def describe(name: str, target: str, text: str) -> str:
     """tool, a digest of its arguments, size, exit code, first and last line."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = text.splitlines()
+    # The first and the last non-blank lines, found from each end (not every line stripped).
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
     code = exit_code(text)
     parts = [
         f"{name} {_clip(target, 80)!r}",
-        f"{len(text.splitlines())} lines, {len(text)} chars",
+        f"{len(lines)} lines, {len(text)} chars",
     ]
     if code is not None:
         parts.append(f"exit {code}")
-    if lines:
-        parts.append(f"first: {_clip(lines[0], 100)!r}")
-        if len(lines) > 1:
-            parts.append(f"last: {_clip(lines[-1], 100)!r}")
+    if first is not None and last is not None:
+        parts.append(f"first: {_clip(lines[first], 100)!r}")
+        if last > first:
+            parts.append(f"last: {_clip(lines[last], 100)!r}")
     return " | ".join(parts)

@@ -148,3 +148,15 @@ def test_bodies_are_bounded() -> None:
     assert len(known) == 2
     known.parse(b"big", b'{"messages":["' + b"x" * 5_000 + b'"]}', "messages")  # over a quarter
     assert len(known) == 2
+
+
+def test_items_appended_together_are_reused_together() -> None:
+    """Items parsed in one call are recorded at the last one's end: a later body never takes
+    some of them and reads on from past the others."""
+    known = KnownBodies()
+    for raw in (
+        b'{"messages":[null,null]}',
+        b'{"messages":[null,null,[]]}',
+        b'{"messages":[null,null,[],null]}',
+    ):
+        assert known.parse(b"k", raw, "messages").data == orjson.loads(raw)
