@@ -1,0 +1,154 @@
+"""CPU per agent step, in process: the load's sessions through the app over ASGI, no sockets.
+
+``load.py``'s sessions (a task, then each step an assistant tool call and a ~800-token tool
+output, streamed answers, a 16k window) go through the whole app (edge, route, service,
+policy, read loop, writer, observers, store) with the upstream mocked by ``httpx``; every
+session takes step 1, then step 2, and so on. Reports the process CPU per request (the test
+client's share included, the same for every checkout).
+
+This machine's speed drifts within minutes, so two checkouts are compared by running them at
+the same time, one per core (``--compare DIR``): both see the same machine.
+
+    .venv/bin/python benchmarks/step_cpu.py --policy improved
+    .venv/bin/python benchmarks/step_cpu.py --compare /tmp/base-worktree --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sse_answer() -> bytes:
+    import orjson
+
+    def chunk(delta: dict[str, Any]) -> bytes:
+        event = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        return b"data: " + orjson.dumps(event) + b"\n\n"
+
+    end = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16},
+    }
+    words = b"".join(chunk({"content": "word "}) for _ in range(6))
+    return (
+        chunk({"role": "assistant", "content": ""})
+        + words
+        + b"data: "
+        + orjson.dumps(end)
+        + b"\n\ndata: [DONE]\n\n"
+    )
+
+
+async def measure(sessions: int, steps: int, policy: str) -> float:
+    """CPU milliseconds per request of the checkout this process imports from."""
+    import httpx
+    import orjson
+    import structlog
+    from load import output_text
+
+    from proxy.app import create_app
+    from proxy.serving import tune_gc
+    from proxy.settings import load_settings
+
+    structlog.configure(
+        processors=[structlog.processors.JSONRenderer()],
+        logger_factory=structlog.WriteLoggerFactory(open(os.devnull, "w")),  # noqa: SIM115
+    )
+    answer = sse_answer()
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=answer, headers={"content-type": "text/event-stream"})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = {"state_dir": tmp, "policy": policy, "context_windows": {"default": 16_000}}
+        app = create_app(
+            load_settings(env={}, overrides={**overrides, "upstream.http_client": "httpx"}),
+            transport=httpx.MockTransport(upstream),
+        )
+        rngs = [random.Random(i) for i in range(sessions)]
+        system = {"role": "system", "content": "You are a coding agent. " * 50}
+        histories: list[list[dict[str, Any]]] = [
+            [system, {"role": "user", "content": f"Task {i}: fix the failing test."}] for i in range(sessions)
+        ]
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            await client.get("/readyz")
+            tune_gc()
+            spent, requests = 0.0, 0
+            for step in range(steps):
+                for i in range(sessions):
+                    body = orjson.dumps({"model": "gpt-4o", "messages": histories[i], "stream": True})
+                    headers = {"authorization": "Bearer sk-load", "x-session-id": f"load-{i}"}
+                    started = time.process_time()
+                    response = await client.post("/v1/chat/completions", content=body, headers=headers)
+                    await response.aread()
+                    spent += time.process_time() - started
+                    requests += 1
+                    if response.status_code != 200:
+                        raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+                    call_id = f"call_{step}"
+                    arguments = orjson.dumps({"command": f"pytest -k test_{step}"}).decode()
+                    call = {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": arguments},
+                    }
+                    histories[i] = [
+                        *histories[i],
+                        {"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": call_id, "content": output_text(rngs[i])},
+                    ]
+        return spent * 1000 / requests
+
+
+def run_one(args: argparse.Namespace) -> None:
+    root = Path(args.root).resolve()
+    sys.path[:0] = [str(root), str(ROOT / "benchmarks")]
+    os.chdir(root)
+    print(f"{asyncio.run(measure(args.sessions, args.steps, args.policy)):.3f}")
+
+
+def child(root: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    argv = [sys.executable, __file__, "--root", str(root), "--sessions", str(args.sessions)]
+    argv += ["--steps", str(args.steps), "--policy", args.policy]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTION_PROXY_", "CPX_"))}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", default="improved")
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", metavar="DIR", help="another checkout, run at the same time")
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.root:
+        run_one(args)
+        return 0
+    roots = {"this": ROOT, **({"other": Path(args.compare)} if args.compare else {})}
+    print(f"policy {args.policy}, {args.sessions} sessions x {args.steps} steps, CPU ms per request\n")
+    print("| round | " + " | ".join(roots) + " |\n|---:|" + "---:|" * len(roots))
+    for round_number in range(1, args.rounds + 1):
+        runs = {name: child(root, args) for name, root in roots.items()}
+        figures = [runs[name].communicate()[0].strip() for name in roots]
+        print(f"| {round_number} | " + " | ".join(figures) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
