@@ -236,3 +236,17 @@ async def test_the_exchange_holds_what_the_observers_read(tmp_path: Path) -> Non
     assert (event["tokens_before"], event["tokens_after"]) == (exchange.tokens_before, exchange.tokens_after)
     assert (event["trigger"], tuple(event["mechanisms"])) == ("threshold", exchange.mechanisms)
     assert event["handles_offloaded"] == sorted(exchange.outcome.offloads)
+
+
+async def test_a_sessions_next_body_is_read_from_where_it_stops_repeating_the_last(tmp_path: Path) -> None:
+    """The door names its history field; the route reads a session's next body from the known
+    prefix, and the dialect is told how many leading turns were read (and found sound) before."""
+    async with toy_proxy(tmp_path, policy="full") as proxy:
+        first = await proxy.request(body(3), headers={"X-Session-Id": "s1"})
+        second = await proxy.request(body(4), headers={"X-Session-Id": "s1"})
+        other = await proxy.request(body(4), headers={"X-Session-Id": "s2"})
+    assert first.exchange.dialect_notes["known_turns"] == 0
+    # Three steps of two turns and the task: seven turns the first body had, all reused.
+    assert second.exchange.dialect_notes["known_turns"] == len(body(3)["turns"])
+    assert other.exchange.dialect_notes["known_turns"] == 0  # another conversation
+    assert second.sent[0]["turns"] == body(4)["turns"]

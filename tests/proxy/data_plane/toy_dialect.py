@@ -118,7 +118,8 @@ class ToyDialect(BaseDialect):
             neutral=neutral,
             stream=body.get("stream") is True,
             skipped="lenient JSON" if lenient else None,
-            notes={"turns": len(turns)},
+            # How many leading turns the conversation's last request had (read then, not now).
+            notes={"turns": len(turns), "known_turns": known},
             private=(offset, messages),
         )
 
