@@ -119,7 +119,7 @@ class ToyDialect(BaseDialect):
             stream=body.get("stream") is True,
             skipped="lenient JSON" if lenient else None,
             # How many leading turns the conversation's last request had (read then, not now).
-            notes={"turns": len(turns), "known_turns": known},
+            notes={"turns": len(turns), **({"known_turns": known} if known else {})},
             private=(offset, messages),
         )
 
