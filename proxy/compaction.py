@@ -153,7 +153,9 @@ class CompactionService:
         window = self.windows.window_for(neutral.get("model"))
         injected = self.injected_tokens(encoding)
 
-        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+        async def compute(
+            checkpoint: Checkpoint | None, summarizer: Any, prepare: bool = False
+        ) -> PolicyOutcome:
             return await effective.apply(
                 neutral,
                 counter,
@@ -162,21 +164,13 @@ class CompactionService:
                 summarizer=summarizer,
                 digests=digests,
                 injected_tokens=injected,
+                prepare=prepare,
             )
 
         async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:
             """The summary request this request would make, were it a compaction point."""
             capture = Capture()
-            await effective.apply(
-                neutral,
-                counter,
-                window=window,
-                checkpoint=checkpoint,
-                summarizer=capture,
-                digests=digests,
-                injected_tokens=injected,
-                prepare=True,
-            )
+            await compute(checkpoint, capture, prepare=True)
             return capture.request
 
         compacted = Compacted(

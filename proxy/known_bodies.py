@@ -35,10 +35,12 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.exchange import parse_json
+from proxy.forwarding import header_value
 
 _CHUNK = 16 * 1024
 _SCANNER = json.JSONDecoder()
-_BLANKS = " \t\n\r"
+_BLANKS = " \t\n\r"  # JSON's whitespace
+_BLANK_BYTES = _BLANKS.encode()
 
 
 @dataclass(slots=True)
@@ -60,7 +62,6 @@ class ParsedBody:
 class _Known:
     body: bytes
     field: str
-    list_start: int  # offset of the history list's "["
     ends: list[int]  # offset just after each item
     items: list[Any]
     head: dict[str, Any]  # the top-level fields before the history list
@@ -132,7 +133,7 @@ class KnownBodies:
         self, tenant: str, door: Door, headers: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> ParsedBody:
         """A request's body, under its conversation's ``key``."""
-        session = next((value for name, value in headers if name == b"x-session-id"), None)
+        session = header_value(headers, b"x-session-id")
         return self.parse(self.key(tenant, door.name, session, body), body, door.history_field)
 
     def parse(self, key: bytes, body: bytes, field: str) -> ParsedBody:
@@ -171,7 +172,7 @@ class KnownBodies:
         if known.field in tail:
             raise _Unexpected("the history field appears twice")
         data = {**known.head, known.field: items, **tail}
-        record = _Known(body, known.field, known.list_start, ends, items, known.head, list_end, tail)
+        record = _Known(body, known.field, ends, items, known.head, list_end, tail)
         return ParsedBody(data, False, min(reused, known.checked), record), record
 
     def _remember(self, key: bytes, record: _Known | None) -> None:
@@ -224,12 +225,13 @@ def _appended(
     list_end = len(body) - len(closing)
     if list_end < after or not body.endswith(closing):
         return None
-    between = body[after:list_end].rstrip(b" \t\n\r")
-    if between.lstrip(b" \t\n\r"):
-        if not between.lstrip(b" \t\n\r").startswith(b","):
+    between = body[after:list_end].rstrip(_BLANK_BYTES)
+    new_items = between.lstrip(_BLANK_BYTES)
+    if new_items:
+        if not new_items.startswith(b","):
             return None
         try:
-            new = orjson.loads(b"[" + between.lstrip(b" \t\n\r")[1:] + b"]")
+            new = orjson.loads(b"[" + new_items[1:] + b"]")
         except orjson.JSONDecodeError:
             return None
         if not isinstance(new, list) or not new:
@@ -256,7 +258,7 @@ def _read_rest(body: bytes, after: int, items: list[Any], ends: list[int]) -> tu
     list_end = text.byte_at(char)
     char = text.skip_blanks(char + 1)
     rest = body[text.byte_at(char) :]
-    if rest.rstrip(b" \t\n\r") == b"}":
+    if rest.rstrip(_BLANK_BYTES) == b"}":
         return list_end, {}
     if not rest.startswith(b","):
         raise _Unexpected("no field follows the history list")
@@ -303,7 +305,6 @@ def _list_record(
 ) -> _Known | None:
     if text.text[char] != "[":
         return None
-    list_start = text.byte_at(char)
     items: list[Any] = data[field]
     ends: list[int] = []
     char = text.skip_blanks(char + 1)
@@ -318,4 +319,4 @@ def _list_record(
     if text.text[char] != "]":
         return None
     tail = {name: value for name, value in data.items() if name not in head and name != field}
-    return _Known(body, field, list_start, ends, list(items), head, text.byte_at(char), tail)
+    return _Known(body, field, ends, list(items), head, text.byte_at(char), tail)

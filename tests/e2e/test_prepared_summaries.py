@@ -6,6 +6,7 @@ so; and without ``prepare_at`` the same point waits the summarizer's whole laten
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -140,6 +141,29 @@ def until_a_point(proxy: Any, messages: list[Any], first: int) -> int:
     raise AssertionError("no compaction point")
 
 
+def prepared_then_next_point(
+    first: Any, second: Any, edit: Callable[[list[Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """A session's first compaction point (on ``first``) finds nothing ready and prepares its
+    range; once that is ready, the history (``edit``ed if given) grows to the next point, on
+    ``second``. The points' events."""
+    messages: list[Any] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Run every check and report."},
+    ]
+    following = until_a_point(first, messages, 0)
+    time.sleep(DELAY + 1.0)  # this point's range is prepared
+    if edit is not None:
+        edit(messages)
+    until_a_point(second, messages, following)
+    return points(first)
+
+
+def prepared_counted(proxy: Any, result: str) -> bool:
+    metrics = httpx.get(proxy.url + "/metrics").text
+    return f'compaction_proxy_prepared_summaries_total{{result="{result}"}} 1.0' in metrics
+
+
 def test_a_summary_prepared_by_one_replica_is_used_by_another(
     start_proxy: Any, upstream: FakeUpstream, summarizer_server: FakeUpstream, redis_url: str
 ) -> None:
@@ -147,22 +171,12 @@ def test_a_summary_prepared_by_one_replica_is_used_by_another(
     summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
     shared = {**config(summarizer_server, 0.5), "store": {"backend": "redis", "redis_url": redis_url}}
     first, second = start_proxy(shared), start_proxy(shared)
-    messages: list[Any] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Run every check and report."},
-    ]
-    # The first replica's first point finds nothing ready and prepares that range ...
-    following = until_a_point(first, messages, 0)
-    time.sleep(DELAY + 1.0)
-    # ... which the second replica's next point takes from Redis.
-    until_a_point(second, messages, following)
-    made = points(first)
+    # The first replica's first point finds nothing ready and prepares that range, which the
+    # second replica's next point takes from Redis.
+    made = prepared_then_next_point(first, second)
     assert [e["summary"]["prepared"] for e in made] == ["none_ready", "used"], made
     assert made[1]["summary"]["model"] == "small-model"
-    assert (
-        'compaction_proxy_prepared_summaries_total{result="used"} 1.0'
-        in httpx.get(second.url + "/metrics").text
-    )
+    assert prepared_counted(second, "used")
 
 
 def test_the_messages_door_never_waits_either(
@@ -210,21 +224,14 @@ def test_a_conversation_edited_under_a_prepared_summary_does_not_get_it(
     history): its digests no longer match, and the point uses the ledger, recording ``stale``."""
     summarizer_server.queue(*(Reply(dynamic=slow_summary) for _ in range(20)))
     proxy = start_proxy(config(summarizer_server, 0.5))
-    messages: list[Any] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Run every check and report."},
-    ]
-    following = until_a_point(proxy, messages, 0)
-    time.sleep(DELAY + 1.0)  # this point's range is prepared
-    messages[3] = {**messages[3], "content": "check 0 was run again: 3 failures"}
-    until_a_point(proxy, messages, following)
-    made = points(proxy)
+
+    def edit(messages: list[Any]) -> None:
+        messages[3] = {**messages[3], "content": "check 0 was run again: 3 failures"}
+
+    made = prepared_then_next_point(proxy, proxy, edit)
     assert [e["summary"]["prepared"] for e in made] == ["none_ready", "stale"], made
     assert made[1]["summary"]["model"] == "ledger" and made[1]["checkpoint_dropped"]
-    assert (
-        'compaction_proxy_prepared_summaries_total{result="stale"} 1.0'
-        in httpx.get(proxy.url + "/metrics").text
-    )
+    assert prepared_counted(proxy, "stale")
 
 
 def test_shadow_mode_prepares_and_never_waits_too(
