@@ -94,7 +94,9 @@ class UpstreamSettings(_Section, frozen=True):
     connect_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
     max_keepalive_connections: Annotated[int, msgspec.Meta(ge=0)] = 128
-    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    # The wire client under the httpx transport seam: the proxy's own HTTP/1.1 client
+    # (``builtin``: httptools' C parser on asyncio, the least CPU), aiohttp's, or httpx's.
+    http_client: Literal["builtin", "aiohttp", "httpx"] = "builtin"
     # What the proxy reads of an upstream's answer to its own read_tool_output rounds: a JSON
     # body and one event of a stream at most (past them: a clean 502 upstream_too_large).
     max_response_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = 64 << 20

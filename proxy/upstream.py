@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import structlog
 
+from proxy.builtin_transport import BuiltinTransport
 from proxy.errors import ProxyError
 from proxy.settings import UpstreamSettings
 from proxy.transport import AiohttpTransport
@@ -36,7 +37,7 @@ class Upstream:
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], content: bytes
     ) -> httpx.Response:
         """Send a request; the response body is left unread for the caller to stream."""
-        if isinstance(self.transport, AiohttpTransport):
+        if isinstance(self.transport, BuiltinTransport | AiohttpTransport):
             return await self.transport.send(method, url, headers, content, self.timeout)
         request = httpx.Request(
             method, url, headers=headers, content=content, extensions={"timeout": self.timeout}
@@ -56,6 +57,8 @@ class Upstream:
 
 
 def make_transport(settings: UpstreamSettings) -> httpx.AsyncBaseTransport:
+    if settings.http_client == "builtin":
+        return BuiltinTransport(max_connections=settings.max_connections, keepalive_expiry=30.0)
     if settings.http_client == "aiohttp":
         return AiohttpTransport(max_connections=settings.max_connections, keepalive_expiry=30.0)
     return httpx.AsyncHTTPTransport(

@@ -1,8 +1,9 @@
 """Why a request got no usable answer from the upstream, in words an operator can act on.
 
 A transport error is classified by walking its chain (``__cause__``, ``__context__``, and the
-members of an exception group): both transports keep the original error there, httpx's own
-(through httpcore) and ``AiohttpTransport`` (``raise ... from``). The reasons:
+members of an exception group): every transport keeps the original error there, httpx's own
+(through httpcore), ``BuiltinTransport`` and ``AiohttpTransport`` (``raise ... from``). The
+reasons:
 
 - ``dns``: the host name could not be resolved;
 - ``refused``: nothing listens at the host and port;

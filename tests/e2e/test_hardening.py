@@ -171,7 +171,7 @@ def test_every_credential_is_its_own_tenant(start_proxy: Any, upstream: FakeUpst
 # --- 4: paths ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("client", ["builtin", "aiohttp", "httpx"])
 @pytest.mark.parametrize("with_path", [True, False])
 @pytest.mark.parametrize(
     "path",

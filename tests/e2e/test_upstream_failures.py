@@ -28,7 +28,7 @@ def records(proxy: Any, event: str) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in proxy.log_lines() if f'"event":"{event}"' in line]
 
 
-@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("http_client", ["builtin", "aiohttp", "httpx"])
 def test_failures_are_logged_with_upstream_and_reason(
     start_proxy: Any, upstream: FakeUpstream, http_client: str
 ) -> None:

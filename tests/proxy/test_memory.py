@@ -100,7 +100,8 @@ async def test_the_client_body_and_its_parsed_copy_are_not_held_during_the_upstr
     assert seen["messages"] == kept
 
 
-async def test_the_sent_body_is_not_kept_with_the_upstream_response() -> None:
+@pytest.mark.parametrize("http_client", ["builtin", "aiohttp"])
+async def test_the_sent_body_is_not_kept_with_the_upstream_response(http_client: str) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.lower().split(b"\r\n")
@@ -112,8 +113,8 @@ async def test_the_sent_body_is_not_kept_with_the_upstream_response() -> None:
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    settings = load_settings(env={}, overrides={"upstream.base_url": f"http://127.0.0.1:{port}/v1"})
-    upstream = Upstream(settings.upstream)  # the default transport: aiohttp
+    overrides = {"upstream.base_url": f"http://127.0.0.1:{port}/v1", "upstream.http_client": http_client}
+    upstream = Upstream(load_settings(env={}, overrides=overrides).upstream)
     try:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         response = await upstream.open("POST", url, [(b"content-type", b"application/json")], b"x" * 100_000)

@@ -34,7 +34,7 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 DEADLINE = 20.0  # no request of these tests may take longer
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=["builtin", "aiohttp", "httpx"])
 def http_client(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
