@@ -131,10 +131,22 @@ class UpstreamBase:
         self.host = parsed.hostname
         self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self.prefix = parsed.path.rstrip("/")
+        # The URLs built so far: a door is a handful of paths, and checking one costs more
+        # than looking it up (a URL is only cached once it has passed every check).
+        self._built: dict[tuple[bytes, bytes, bytes], str] = {}
 
     def url(self, raw_path: bytes, query_string: bytes, mount: bytes = b"/v1") -> str:
         """The upstream URL for a client's raw path (``/v1/...``) and query, built from parts
         so that nothing in the path can become a host, a port or user information."""
+        key = (raw_path, query_string, mount)
+        built = self._built.get(key)
+        if built is None:
+            built = self._build(raw_path, query_string, mount)
+            if len(self._built) < 1024:
+                self._built[key] = built
+        return built
+
+    def _build(self, raw_path: bytes, query_string: bytes, mount: bytes) -> str:
         if not (raw_path == mount or raw_path.startswith(mount + b"/")) or not is_safe_path(raw_path):
             raise UnsafePath(raw_path)
         suffix = raw_path[len(mount) :].decode("ascii")

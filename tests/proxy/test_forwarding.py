@@ -10,7 +10,14 @@ import pytest
 import respx
 
 from proxy.app import create_app
-from proxy.forwarding import client_response_headers, is_safe_path, upstream_request_headers, upstream_url
+from proxy.forwarding import (
+    UnsafePath,
+    UpstreamBase,
+    client_response_headers,
+    is_safe_path,
+    upstream_request_headers,
+    upstream_url,
+)
 from proxy.providers import anthropic_base, make_providers
 from proxy.settings import load_settings
 
@@ -100,6 +107,16 @@ def test_upstream_url_keeps_path_and_query_verbatim() -> None:
         "https://api.example.com/v1/files/a%2Fb?limit=2&after=x%20y"
     )
     assert upstream_url("http://h:1/openai/v1", b"/v1/models", b"") == "http://h:1/openai/v1/models"
+
+
+def test_a_built_url_is_looked_up_and_an_unsafe_one_is_refused_every_time() -> None:
+    base = UpstreamBase("https://api.example.com/v1")
+    first = base.url(b"/v1/chat/completions", b"a=1")
+    assert base.url(b"/v1/chat/completions", b"a=1") is first
+    assert base.url(b"/v1/chat/completions", b"a=2") == "https://api.example.com/v1/chat/completions?a=2"
+    for _ in range(2):
+        with pytest.raises(UnsafePath):
+            base.url(b"/v1/../admin", b"")
 
 
 @pytest.fixture
