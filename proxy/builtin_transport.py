@@ -200,6 +200,7 @@ class _Body(httpx.AsyncByteStream):
         self._conn = conn
         self._exchange = exchange
         self._released = False
+        self._loop = asyncio.get_running_loop()
 
     @property
     def url(self) -> str:
@@ -242,7 +243,9 @@ class _Body(httpx.AsyncByteStream):
         if not self._released:
             self._released = True
             self._conn.complete = False
-            self._pool.release(self._conn)
+            # The collector may run this on any thread, or after the loop has stopped.
+            if not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._pool.release, self._conn)
 
 
 class BuiltinTransport(httpx.AsyncBaseTransport):
