@@ -58,7 +58,11 @@ class Upstream:
 
 def make_transport(settings: UpstreamSettings) -> httpx.AsyncBaseTransport:
     if settings.http_client == "builtin":
-        return BuiltinTransport(max_connections=settings.max_connections, keepalive_expiry=30.0)
+        return BuiltinTransport(
+            max_connections=settings.max_connections,
+            keepalive_expiry=30.0,
+            max_keepalive_connections=settings.max_keepalive_connections,
+        )
     if settings.http_client == "aiohttp":
         return AiohttpTransport(max_connections=settings.max_connections, keepalive_expiry=30.0)
     return httpx.AsyncHTTPTransport(

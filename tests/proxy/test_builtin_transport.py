@@ -176,13 +176,18 @@ async def test_an_idle_connection_the_server_closed_is_replaced(transport: Built
     assert server.connections == 2
 
 
-async def test_expired_idle_connections_are_not_reused() -> None:
-    transport = BuiltinTransport(max_connections=8, keepalive_expiry=0.0)
+@pytest.mark.parametrize(
+    ("expiry", "idle", "connections"), [(0.0, None, 3), (30.0, 0, 3), (30.0, 1, 1), (30.0, None, 1)]
+)
+async def test_idle_connections_kept_only_as_long_and_as_many_as_set(
+    expiry: float, idle: int | None, connections: int
+) -> None:
+    transport = BuiltinTransport(max_connections=8, keepalive_expiry=expiry, max_keepalive_connections=idle)
     async with serving(reply(OK)) as (server, port):
-        for _ in range(2):
+        for _ in range(3):
             await fetch(transport, f"http://127.0.0.1:{port}/")
     await transport.aclose()
-    assert server.connections == 2
+    assert server.connections == connections
 
 
 async def test_a_large_answer_arrives_whole_while_the_reader_lags(transport: BuiltinTransport) -> None:
