@@ -29,6 +29,7 @@ class Server:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.connections = 0
+        self.ended = 0  # connections over (closed by either side)
         self.requests: list[bytes] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -48,6 +49,7 @@ class Server:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client went away, or the test is over
         finally:
+            self.ended += 1
             writer.close()
 
 
@@ -128,12 +130,62 @@ async def test_framed_bodies_and_reuse(transport: BuiltinTransport, answer: list
     assert server.connections == 1
 
 
-async def test_a_body_that_ends_with_the_connection(transport: BuiltinTransport) -> None:
-    answer = reply(b"HTTP/1.1 200 OK\r\n\r\nall of it", close=True)
-    async with serving(answer) as (server, port):
+@pytest.mark.parametrize(
+    "head", [b"HTTP/1.1 200 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n"]
+)
+async def test_a_body_that_ends_with_the_connection(transport: BuiltinTransport, head: bytes) -> None:
+    async with serving(reply(head + b"all of it", close=True)) as (server, port):
         for _ in range(2):
             assert (await fetch(transport, f"http://127.0.0.1:{port}/"))[1] == b"all of it"
     assert server.connections == 2
+
+
+async def test_bytes_after_the_answer_are_not_read_as_the_next_one(transport: BuiltinTransport) -> None:
+    # A second answer in the same read as the first: the first is returned alone, and the
+    # connection, out of step with its requests, is closed instead of reused.
+    answer = reply(OK + b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nxx", OK)
+    async with serving(answer) as (server, port):
+        assert (await fetch(transport, f"http://127.0.0.1:{port}/"))[1] == b"hello"
+        assert (await fetch(transport, f"http://127.0.0.1:{port}/"))[1] == b"hello"
+    assert server.connections == 2
+
+
+async def test_an_upgrade_answer_is_a_protocol_error(transport: BuiltinTransport) -> None:
+    answer = reply(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n")
+    async with serving(answer) as (_, port):
+        with pytest.raises(httpx.RemoteProtocolError):
+            await fetch(transport, f"http://127.0.0.1:{port}/")
+
+
+async def test_idle_connections_a_server_closed_leave_room_for_other_upstreams() -> None:
+    transport = BuiltinTransport(max_connections=8, keepalive_expiry=30.0, max_keepalive_connections=2)
+
+    async def slow_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.05)
+        writer.write(OK)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.close()  # after the answer, which did not say so: the client pools it first
+
+    async with serving(slow_then_close) as (_, first), serving(reply(OK)) as (other, second):
+        await asyncio.gather(*(fetch(transport, f"http://127.0.0.1:{first}/") for _ in range(2)))
+        await asyncio.sleep(0.1)
+        for _ in range(5):
+            await fetch(transport, f"http://127.0.0.1:{second}/")
+        assert other.connections == 1
+        # Closing the transport closes what is idle, and what is in use once it is released.
+        streaming = await transport.send("POST", f"http://127.0.0.1:{second}/", [], b"", TIMEOUTS)
+        await transport.aclose()
+        assert b"".join([chunk async for chunk in streaming.stream]) == b"hello"  # type: ignore[union-attr]
+        await streaming.aclose()
+        await asyncio.sleep(0.05)
+        assert other.ended == 1
+
+
+def test_the_host_header_leaves_out_a_default_port() -> None:
+    transport = BuiltinTransport(max_connections=1, keepalive_expiry=30.0)
+    assert transport._target("https://api.example.com:443/v1/x?a=1")[1:] == (b"/v1/x?a=1", b"api.example.com")
+    assert transport._target("http://[::1]:8080/v1")[1:] == (b"/v1", b"[::1]:8080")
 
 
 @pytest.mark.parametrize(
