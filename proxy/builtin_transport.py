@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from proxy.parts_transport import PartsTransport, request_for_report
 from proxy.upstream_connection import Expired, PoolKey, UpstreamConnection, expire
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -47,7 +48,7 @@ class _Exchange:
     timeouts: dict[str, Any]
 
     def request(self) -> httpx.Request:
-        return httpx.Request(self.method, self.url, extensions={"timeout": self.timeouts})
+        return request_for_report(self.method, self.url, self.timeouts)
 
 
 class _Body(httpx.AsyncByteStream):
@@ -106,7 +107,7 @@ class _Body(httpx.AsyncByteStream):
                 self._loop.call_soon_threadsafe(self._pool.release, self._conn)
 
 
-class BuiltinTransport(httpx.AsyncBaseTransport):
+class BuiltinTransport(PartsTransport):
     def __init__(
         self, *, max_connections: int, keepalive_expiry: float, max_keepalive_connections: int | None = None
     ) -> None:
@@ -115,7 +116,6 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
         self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
         # Idle connections kept open, all upstreams together; one more is closed, not kept.
         self._max_idle = max_connections if max_keepalive_connections is None else max_keepalive_connections
-        self._idle_count = 0
         self._swept = time.monotonic()
         self._closed = False
         self._ssl: ssl.SSLContext | None = None
@@ -167,7 +167,6 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            self._idle_count -= 1
             conn.idle = False
             if not conn.closed and now - conn.idle_since < self._keepalive:
                 return conn
@@ -175,11 +174,11 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
         return None
 
     def _forget(self, conn: UpstreamConnection) -> None:
-        """An idle connection the server closed leaves the pool at once."""
+        """``conn`` leaves the idle ones (the server closed it, or it makes room)."""
+        conn.idle = False
         idle = self._idle.get(conn.key)
         if idle is not None and conn in idle:
             idle.remove(conn)
-            self._idle_count -= 1
 
     def _evict(self, now: float) -> None:
         """Make room among the idle connections: the expired ones of every upstream (once per
@@ -189,13 +188,12 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
             for conns in self._idle.values():
                 for conn in [c for c in conns if now - c.idle_since >= self._keepalive]:
                     self._forget(conn)
-                    conn.idle = False
                     conn.close()
-        if self._idle_count >= self._max_idle and self._idle_count:
-            oldest = min((conns[0] for conns in self._idle.values() if conns), key=lambda c: c.idle_since)
-            self._forget(oldest)
-            oldest.idle = False
-            oldest.close()
+        oldest = [conns[0] for conns in self._idle.values() if conns]
+        if oldest and sum(map(len, self._idle.values())) >= self._max_idle:
+            conn = min(oldest, key=lambda c: c.idle_since)
+            self._forget(conn)
+            conn.close()
 
     async def _connect(self, key: PoolKey, exchange: _Exchange) -> UpstreamConnection:
         scheme, host, port = key
@@ -222,15 +220,8 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
             self._evict(now)
             conn.idle_since, conn.idle, conn.head = now, True, None
             self._idle.setdefault(conn.key, []).append(conn)
-            self._idle_count += 1
         else:
             conn.close()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts = request.extensions.get("timeout", {})
-        return await self.send(
-            request.method, str(request.url), request.headers.raw, request.content, timeouts
-        )
 
     async def send(
         self,
@@ -286,4 +277,3 @@ class BuiltinTransport(httpx.AsyncBaseTransport):
             for conn in connections:
                 conn.close()
         self._idle.clear()
-        self._idle_count = 0

@@ -17,6 +17,8 @@ import aiohttp
 import httpx
 import yarl
 
+from proxy.parts_transport import PartsTransport, request_for_report
+
 
 def _map_error(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -35,11 +37,6 @@ def _map_error(exc: BaseException, request: httpx.Request) -> httpx.TransportErr
 _ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-def _request_for_report(method: str, url: str, timeouts: dict[str, Any]) -> httpx.Request:
-    """The request an error names (the failure report reads its origin and timeouts)."""
-    return httpx.Request(method, url, extensions={"timeout": timeouts})
-
-
 class _ResponseStream(httpx.AsyncByteStream):
     def __init__(
         self, response: aiohttp.ClientResponse, method: str, url: str, timeouts: dict[str, Any]
@@ -54,14 +51,14 @@ class _ResponseStream(httpx.AsyncByteStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except _ERRORS as exc:
-            raise _map_error(exc, _request_for_report(self._method, self.url, self._timeouts)) from exc
+            raise _map_error(exc, request_for_report(self._method, self.url, self._timeouts)) from exc
 
     async def aclose(self) -> None:
         # release() returns a fully read connection to the pool; an unread one is closed.
         self._response.release()
 
 
-class AiohttpTransport(httpx.AsyncBaseTransport):
+class AiohttpTransport(PartsTransport):
     def __init__(self, *, max_connections: int, keepalive_expiry: float) -> None:
         self._limit = max_connections
         self._keepalive = keepalive_expiry
@@ -84,12 +81,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 trust_env=False,
             )
         return self._session
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts: dict[str, Any] = request.extensions.get("timeout", {})
-        return await self.send(
-            request.method, str(request.url), list(request.headers.raw), request.content, timeouts
-        )
 
     async def send(
         self,
@@ -121,7 +112,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 chunked=None,
             )
         except _ERRORS as exc:
-            raise _map_error(exc, _request_for_report(method, url, timeouts)) from exc
+            raise _map_error(exc, request_for_report(method, url, timeouts)) from exc
         # The body is sent (aiohttp holds its own reference while it writes); the response
         # keeps only the method and URL, for error reports while the answer streams.
         return httpx.Response(

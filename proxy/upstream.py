@@ -10,6 +10,7 @@ import structlog
 
 from proxy.builtin_transport import BuiltinTransport
 from proxy.errors import ProxyError
+from proxy.parts_transport import PartsTransport
 from proxy.settings import UpstreamSettings
 from proxy.transport import AiohttpTransport
 from proxy.upstream_errors import Failure, classify, describe
@@ -37,7 +38,7 @@ class Upstream:
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], content: bytes
     ) -> httpx.Response:
         """Send a request; the response body is left unread for the caller to stream."""
-        if isinstance(self.transport, BuiltinTransport | AiohttpTransport):
+        if isinstance(self.transport, PartsTransport):
             return await self.transport.send(method, url, headers, content, self.timeout)
         request = httpx.Request(
             method, url, headers=headers, content=content, extensions={"timeout": self.timeout}

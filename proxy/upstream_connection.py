@@ -72,7 +72,6 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.idle:
-            self.idle = False
             self.on_idle_close(self)
         if self.close_delimited and self.head is not None and self.head.done() and exc is None:
             self.complete = True
