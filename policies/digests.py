@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from policies.conversation import WIRE_ONLY, Message
-from policies.tokens import TokenCounter, text_key
+from policies.text_counts import text_key
+from policies.tokens import TokenCounter
 
 # Shapes of tool-call messages whose digests are memoized (any other key: digested in full).
 _PLAIN_CALL_MESSAGE = frozenset({"role", "content", "tool_calls", "name", WIRE_ONLY})

@@ -22,13 +22,14 @@ from typing import Any
 import msgspec
 import re2
 
-from policies.conversation import Message, parse, system_prefix_end
+from policies.conversation import Message, parse, role, system_prefix_end
 from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.pins import Pins
 from policies.stages import STAGE_TYPES
 from policies.summarizer import Summarizer
 from policies.tokens import RequestTokens, TokenCounter
+from policies.traits import PolicyTraits, policy_traits
 from policies.view import Checkpoint, Context, Offload, Stage, View, requested_answer_tokens
 
 __all__ = [
@@ -45,9 +46,6 @@ __all__ = [
     "build_policy",
     "requested_answer_tokens",
 ]
-
-# Stages that summarize history (a policy with one keeps a summary the safeguard can extend).
-_SUMMARIZING = frozenset({"summarize", "auto_compact"})
 
 
 class PolicyConfigError(ValueError):
@@ -99,7 +97,10 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
             view.facts.checkpoint_dropped = "client history diverged from the summarized range"
             view.checkpoint = Checkpoint(requests=checkpoint.requests)
             return
-        last_user = parse(original).last_user
+        # The last user message is a user-role message: a covered range without one cannot
+        # hold it, and the whole history is parsed only when the range has one.
+        covers_user = any(role(message) == "user" for message in original[at:end])
+        last_user = view.original_conversation().last_user if covers_user else -1
         if at <= last_user < end and last_user not in checkpoint.pinned:
             # The summary holds what is now the last user message: the conversation reads
             # differently than when it was made (a second text action shows an agent whose user
@@ -122,7 +123,9 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
         return
     messages, origin = head, head_origin
     decided = _decided_indices(checkpoint)
-    for index in range(start, len(original)):
+    # Past the last message a decision names, the client's messages go as they are.
+    through = len(original) if decided is None else min(len(original), max(decided, default=-1) + 1)
+    for index in range(start, through):
         message = original[index]
         # A junk entry (null, a string) is never one the checkpoint replaced: it goes as it is.
         if (
@@ -136,6 +139,9 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
             message = checkpoint.placeholders.get(digest, message)
         messages.append(message)
         origin.append(index)
+    rest = max(start, through)
+    messages.extend(original[rest:])
+    origin.extend(range(rest, len(original)))
     view.messages, view.origin = messages, origin
     view.changed = messages != list(original)
     if view.changed:
@@ -157,6 +163,10 @@ class Policy:
     description: str
     stages: tuple[Stage, ...]
     pins: Pins = field(default_factory=Pins)
+    traits: PolicyTraits = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "traits", policy_traits(self.stages))
 
     async def apply(
         self,
@@ -227,9 +237,8 @@ class Policy:
         injected_tokens: int,
         preparing: bool = False,
     ) -> Context:
-        """What the stages share for one request; settings one stage owns but others need (the
-        summarizing stage's ledger share, the safeguard's reserve and read room) are read from it."""
-        safeguard: Any = next((s for s in self.stages if s.name == "token_safeguard"), None)
+        """What the stages share for one request (``traits``: what its stages tell every one)."""
+        traits = self.traits
         return Context(
             counter=counter,
             encoding=counted.encoding,
@@ -241,14 +250,12 @@ class Policy:
             digests=digests,
             answer_tokens=requested_answer_tokens(body),
             injected_tokens=injected_tokens,
-            summarizes=any(stage.name in _SUMMARIZING for stage in self.stages),
-            ledger_share=next(
-                (float(getattr(s, "ledger_share", 0.1)) for s in self.stages if s.name in _SUMMARIZING), 0.1
-            ),
-            reserve_tokens=int(getattr(safeguard, "reserve_tokens", 1024)),
-            read_room=safeguard.read_room(window) if safeguard is not None else 0,
-            edit_artifacts=any(getattr(stage, "offload_arguments", False) for stage in self.stages),
-            transcripts=any(getattr(stage, "save_transcript", False) for stage in self.stages),
+            summarizes=traits.summarizes,
+            ledger_share=traits.ledger_share,
+            reserve_tokens=traits.reserve_tokens,
+            read_room=traits.safeguard.read_room(window) if traits.safeguard is not None else 0,
+            edit_artifacts=traits.edit_artifacts,
+            transcripts=traits.transcripts,
             preparing=preparing,
         )
 

@@ -26,6 +26,7 @@ import orjson
 import tiktoken
 
 from policies.encodings import SUPPORTED_ENCODINGS, load_encoding
+from policies.text_counts import TextCountCache
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -84,75 +85,6 @@ def json_text(value: object) -> str:
         return json.dumps(value, separators=(",", ":"), default=repr, ensure_ascii=False)
 
 
-def text_key(text: str) -> object:
-    """A cheap dictionary key for a text: long texts are keyed by length and both ends,
-    which costs a fixed ~100-character hash instead of hashing the whole text. The caller
-    keeps the full text with the value and compares it on a hit, so lookups stay exact."""
-    return text if len(text) <= 128 else (len(text), text[:48], text[-48:])
-
-
-class _TextCountCache:
-    """Two-generation cache of ``text -> token count``, bounded by the characters it holds.
-
-    A hit is exact: the stored text is compared with the asked one (a memcmp, far cheaper
-    than hashing it). When the young generation fills half the budget it becomes the old
-    one; a hit in the old generation is promoted. That approximates LRU in O(1).
-    """
-
-    def __init__(self, max_chars: int) -> None:
-        self._half = max(1, max_chars // 2)
-        self._young: dict[object, tuple[str, int]] = {}
-        self._old: dict[object, tuple[str, int]] = {}
-        self._young_chars = 0
-        self.flips = 0
-
-    def _find(self, text: str) -> tuple[bool, tuple[str, int]] | None:
-        """(found in the old generation, the entry) for ``text``."""
-        key = text_key(text)
-        for generation in (self._young, self._old):
-            entry = generation.get(key)
-            if entry is not None and entry[0] != text:
-                # Same length and ends, other middle: such texts live under their full text.
-                entry = generation.get(text)
-            if entry is not None and entry[0] == text:
-                return generation is self._old, entry
-        return None
-
-    def get(self, text: str) -> int | None:
-        found = self._find(text)
-        if found is None:
-            return None
-        old, entry = found
-        if old:
-            # Promoted as the stored object, not the asker's equal copy: a text the digests
-            # memo also holds then stays one object in memory.
-            self.put(entry[0], entry[1])
-        return entry[1]
-
-    def stored(self, text: str) -> str | None:
-        """The cache's own object equal to ``text``, if it holds one."""
-        found = self._find(text)
-        if found is not None:
-            return found[1][0]
-        return None
-
-    def put(self, text: str, count: int) -> None:
-        if len(text) > self._half:
-            return
-        key = text_key(text)
-        taken = self._young.get(key)
-        self._young[key if taken is None or taken[0] == text else text] = (text, count)
-        self._young_chars += len(text)
-        if self._young_chars > self._half:
-            self._old = self._young
-            self._young = {}
-            self._young_chars = 0
-            self.flips += 1
-
-    def __len__(self) -> int:
-        return len(self._young) + len(self._old)
-
-
 @dataclass(frozen=True, slots=True)
 class RequestTokens:
     """Token counts of one chat request: per message, tool schemas, and the total prompt."""
@@ -186,7 +118,7 @@ class TokenCounter:
         self._patterns = tuple(mapping.items())
         self._model_cache: dict[str, str] = {}
         self._encodings: dict[str, tiktoken.Encoding] = {}
-        self._caches: dict[str, _TextCountCache] = {}
+        self._caches: dict[str, TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
         self._role_counts: dict[str, dict[str, int]] = {}
         # Only in a counter for one request (``for_request``): message id -> (message,
@@ -196,6 +128,9 @@ class TokenCounter:
         # for the counts of one list several times; a hit needs the list equal to the copy
         # (its messages the same objects, in C), so a list changed in place counts again.
         self._lists: dict[int, tuple[list[object], str, tuple[int, ...]]] | None = None
+        # Only there too: (a list, its first messages, encoding, their counts) from
+        # ``remember_prefix``.
+        self._prefix: tuple[list[object], list[object], str, tuple[int, ...]] | None = None
 
     def for_request(self) -> TokenCounter:
         """This counter for one request: the same caches and encodings, and a memo of the
@@ -207,6 +142,22 @@ class TokenCounter:
         scoped._messages = {}
         scoped._lists = {}
         return scoped
+
+    def remember_prefix(self, messages: Sequence[object], encoding: str, counts: Sequence[int]) -> None:
+        """In a counter from ``for_request``: ``counts`` are those of the first messages of
+        ``messages`` (its conversation's known prefix), so counting that list counts only the
+        rest, in one pass over the new messages instead of a lookup per message."""
+        if self._lists is not None and isinstance(messages, list) and counts:
+            self._prefix = (messages, messages[: len(counts)], encoding, tuple(counts))
+
+    def _with_known_prefix(self, messages: list[object], encoding: str) -> tuple[int, ...] | None:
+        prefix = self._prefix
+        if prefix is None or prefix[0] is not messages or prefix[2] != encoding:
+            return None
+        known = prefix[3]
+        if messages[: len(known)] != prefix[1]:  # the same objects (in C), unless changed in place
+            return None
+        return known + tuple(self.count_message(m, encoding) for m in messages[len(known) :])
 
     def remember(self, message: object, encoding: str, tokens: int) -> None:
         """Take ``tokens`` as the count of ``message`` in this request (a counter from
@@ -247,7 +198,7 @@ class TokenCounter:
         if encoding is None:
             encoding = load_encoding(name)
             self._encodings[name] = encoding
-            self._caches[name] = _TextCountCache(self._cache_max_chars)
+            self._caches[name] = TextCountCache(self._cache_max_chars)
         return encoding
 
     @property
@@ -372,7 +323,9 @@ class TokenCounter:
         for saved, saved_encoding, saved_counts in lists.values():
             if saved_encoding == encoding and len(saved) == len(messages) and saved == messages:
                 return saved_counts
-        counts = tuple(self.count_message(m, encoding) for m in messages)
+        counts = self._with_known_prefix(messages, encoding) or tuple(
+            self.count_message(m, encoding) for m in messages
+        )
         lists[id(messages)] = (list(messages), encoding, counts)
         return counts
 

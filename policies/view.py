@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from policies.conversation import Message
+from policies.conversation import Conversation, Message, parse
 from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.ledger import Ledger
@@ -130,6 +130,23 @@ class View:
     decided: bool = False
     # (messages list it was computed for, token count): stages ask often, lists change rarely.
     _tokens: tuple[list[Message], int] | None = None
+    # (messages list, its parse) and the client's messages parsed: several stages of one
+    # compaction point read the same list's steps, and the client's never change.
+    _parsed: tuple[list[Message], Conversation] | None = None
+    _parsed_original: Conversation | None = None
+
+    def conversation(self) -> Conversation:
+        """The view's messages as steps, parsed once per list (a stage that changes the view
+        swaps in a new list; none changes one in place)."""
+        if self._parsed is None or self._parsed[0] is not self.messages:
+            self._parsed = (self.messages, parse(self.messages))
+        return self._parsed[1]
+
+    def original_conversation(self) -> Conversation:
+        """The client's messages as steps, parsed once per request."""
+        if self._parsed_original is None:
+            self._parsed_original = parse(self.original)
+        return self._parsed_original
 
     def tokens(self, ctx: Context) -> int:
         if self._tokens is not None and self._tokens[0] is self.messages:

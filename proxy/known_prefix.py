@@ -73,6 +73,7 @@ class KnownPrefixes:
             index += 1
         counter.remember_all(known.view, encoding, known.view_tokens)
         counter.remember_all(messages[:index], encoding, known.tokens[:index])
+        counter.remember_prefix(messages, encoding, known.tokens[:index])
         digests.remember_all(messages[:index], known.digests[:index])
         return index
 

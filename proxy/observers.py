@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policies.pipeline import PolicyOutcome
@@ -210,20 +211,53 @@ class TokenCalibration:
 class RequestMetrics:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        # Each label combination's series, found once: ``labels()`` validates and locks on
+        # every call, and a request touches six series.
+        self._series: dict[tuple[str, str, str, str], _RequestSeries] = {}
+
+    def _series_for(self, exchange: Exchange) -> _RequestSeries:
+        key = (exchange.route, exchange.policy, exchange.mode, status_class(exchange.status))
+        found = self._series.get(key)
+        if found is None:
+            m = self.metrics
+            route, policy, mode, _ = key
+            found = _RequestSeries(
+                requests=m.requests.labels(*key),
+                upstream_seconds=m.upstream_seconds.labels(route),
+                overhead_seconds=m.overhead_seconds.labels(route),
+                tokens_before=m.tokens_before.labels(policy, mode),
+                tokens_after=m.tokens_after.labels(policy, mode),
+                tokens_saved=m.tokens_saved.labels(policy, mode),
+            )
+            if len(self._series) < 4096:  # label values come from configuration, not clients
+                self._series[key] = found
+        return found
 
     def observe(self, exchange: Exchange) -> None:
-        m = self.metrics
         total = time.perf_counter() - exchange.started
-        m.requests.labels(exchange.route, exchange.policy, exchange.mode, status_class(exchange.status)).inc()
+        series = self._series_for(exchange)
+        series.requests.inc()
         if exchange.upstream_seconds:
-            m.upstream_seconds.labels(exchange.route).observe(exchange.upstream_seconds)
-        m.overhead_seconds.labels(exchange.route).observe(max(0.0, total - exchange.upstream_seconds))
+            series.upstream_seconds.observe(exchange.upstream_seconds)
+        series.overhead_seconds.observe(max(0.0, total - exchange.upstream_seconds))
         if exchange.tokens_before is not None and exchange.tokens_after is not None:
-            m.tokens_before.labels(exchange.policy, exchange.mode).observe(exchange.tokens_before)
-            m.tokens_after.labels(exchange.policy, exchange.mode).observe(exchange.tokens_after)
+            series.tokens_before.observe(exchange.tokens_before)
+            series.tokens_after.observe(exchange.tokens_after)
             saved = exchange.tokens_before - exchange.tokens_after
             if saved > 0:
-                m.tokens_saved.labels(exchange.policy, exchange.mode).inc(saved)
+                series.tokens_saved.inc(saved)
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestSeries:
+    """The series one request's metrics go to."""
+
+    requests: Any
+    upstream_seconds: Any
+    overhead_seconds: Any
+    tokens_before: Any
+    tokens_after: Any
+    tokens_saved: Any
 
 
 class AccessLog:

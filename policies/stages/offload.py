@@ -29,7 +29,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.artifacts import offload_edits
-from policies.conversation import Message, message_text, parse, role
+from policies.conversation import Message, message_text, role
 from policies.facts import OffloadFact
 from policies.handles import is_placeholder, new_handle, placeholder_text
 from policies.stages.outputs import action_of, calls_by_id, describe, output_indices
@@ -57,7 +57,7 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if not view.compacting:
             return view
         messages = view.messages
-        conversation = parse(messages)
+        conversation = view.conversation()
         # The newest steps that produced output are what the model is working on.
         producing = [s for s in conversation.steps if s.kind in ("exchange", "observation")]
         if not self.keep_recent_steps:

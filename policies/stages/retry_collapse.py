@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import msgspec
 
-from policies.conversation import Step, message_text, parse
+from policies.conversation import Step, message_text
 from policies.facts import RetryCollapseFact
 from policies.handles import mention, new_handle
 from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
@@ -35,7 +35,7 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if not view.compacting:
             return view
         messages = view.messages
-        conversation = parse(messages)
+        conversation = view.conversation()
         calls = calls_by_id(messages)
         outputs = set(output_indices(conversation))
         # One entry per step that produced exactly one output: (step, output index, action, failed).

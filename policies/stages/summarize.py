@@ -22,7 +22,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.budget import answer_reserve, read_ceiling, whole_request
-from policies.conversation import message_text, parse
+from policies.conversation import message_text
 from policies.facts import SummarizeFact
 from policies.stages.common import first_safe_cut_at_or_after
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
@@ -48,7 +48,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("ledger_share must be in (0, 0.5]")
 
     def _cut(self, view: View, ctx: Context, first_new: int, budget: float) -> int:
-        conversation = parse(view.messages)
+        conversation = view.conversation()
         counts = ctx.counter.count_messages(view.messages, ctx.encoding)
         final = conversation.steps[-1] if conversation.steps else None
         cut = final.start if final else len(view.messages)
@@ -89,7 +89,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             view.facts.summarize = SummarizeFact(skipped="target reached without a summary")
             view.checkpoint = replace(view.checkpoint, short_of_target=False)
             return view
-        original = parse(view.original)
+        original = view.original_conversation()
         anchor = (
             original.first_user + 1 if self.keep_task and original.first_user >= 0 else original.prefix_end
         )
@@ -131,7 +131,7 @@ def landing_fact(view: View, ctx: Context, target: int, fact: SummarizeFact) -> 
     if not missed:
         return fact
     counts = ctx.counter.count_messages(view.messages, ctx.encoding)
-    final = parse(view.messages).steps[-1].start if view.messages else 0
+    final = view.conversation().steps[-1].start if view.messages else 0
     kept = sum(counts[:final]) + ctx.tools_tokens
     why = (
         f"the request keeps {request} tokens (system prompt, tools, task, summary and kept user "

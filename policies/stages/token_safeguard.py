@@ -17,7 +17,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.budget import answer_reserve, names_handles, read_room_for
-from policies.conversation import Message, message_text, parse, role
+from policies.conversation import Message, message_text, role
 from policies.facts import SafeguardFact
 from policies.handles import EXCERPT_PREFIX, PLACEHOLDER_PREFIX, excerpt_text, new_handle
 from policies.stages.common import SUMMARY_HEADER
@@ -79,7 +79,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if total <= budget:
             return view
         messages = view.messages
-        conversation = parse(messages)
+        conversation = view.conversation()
         counts = ctx.counter.count_messages(messages, ctx.encoding)
         protected = {conversation.first_user, conversation.last_user}
         protected.update(i for i, m in enumerate(messages) if message_text(m).startswith(SUMMARY_HEADER))
@@ -129,7 +129,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         """In a policy that summarizes, steps the view has no room for are summarized (the
         state ledger, no model call) instead of dropped without a trace: possible when they are
         the oldest after the task and the summary, as the safeguard picks them."""
-        original = parse(view.original)
+        original = view.original_conversation()
         if original.first_user < 0:
             return False
         anchor = original.first_user + 1

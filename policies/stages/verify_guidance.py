@@ -11,7 +11,6 @@ from typing import ClassVar
 
 import msgspec
 
-from policies.conversation import parse
 from policies.view import Context, View
 
 GUIDANCE = (
@@ -36,7 +35,7 @@ class VerifyGuidance(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             # of the requests in between stays byte for byte the same.
             return view
         note = {"role": "system", "content": self.text}
-        at = parse(view.messages).prefix_end
+        at = view.conversation().prefix_end
         view.replace_messages(
             [*view.messages[:at], note, *view.messages[at:]],
             self.name,
