@@ -7,10 +7,16 @@ session takes step 1, then step 2, and so on. Reports the process CPU per reques
 client's share included, the same for every checkout).
 
 This machine's speed drifts within minutes, so two checkouts are compared by running them at
-the same time, one per core (``--compare DIR``): both see the same machine.
+the same time, one per core (``--compare DIR``): both see the same machine. Even so, two runs
+of one checkout differ by a tenth or more; ``--instructions`` counts instead the instructions
+each step executes, under valgrind's callgrind (Debian's ``valgrind``; about 60 times slower,
+so fewer sessions): the same code gives the same count to a few parts in ten thousand, so a
+change of 1% shows. A run of 1 step is subtracted (start-up, imports); the test client's
+share is included, the same for every checkout.
 
     .venv/bin/python benchmarks/step_cpu.py --policy improved
     .venv/bin/python benchmarks/step_cpu.py --compare /tmp/base-worktree --rounds 3
+    .venv/bin/python benchmarks/step_cpu.py --compare /tmp/base-worktree --instructions --sessions 20
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,17 +63,15 @@ async def measure(sessions: int, steps: int, policy: str) -> float:
     """CPU milliseconds per request of the checkout this process imports from."""
     import httpx
     import orjson
-    import structlog
     from load import output_text
 
     from proxy.app import create_app
+    from proxy.logs import configure_logging
     from proxy.serving import tune_gc
     from proxy.settings import load_settings
 
-    structlog.configure(
-        processors=[structlog.processors.JSONRenderer()],
-        logger_factory=structlog.WriteLoggerFactory(open(os.devnull, "w")),  # noqa: SIM115
-    )
+    # As load.py runs the proxy: warnings only (the access log line is not rendered).
+    configure_logging("warning", "json", open(os.devnull, "wb"))  # noqa: SIM115
     answer = sse_answer()
 
     def upstream(request: httpx.Request) -> httpx.Response:
@@ -121,11 +126,34 @@ def run_one(args: argparse.Namespace) -> None:
     print(f"{asyncio.run(measure(args.sessions, args.steps, args.policy)):.3f}")
 
 
-def child(root: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+def child(root: Path, args: argparse.Namespace, steps: int | None = None) -> subprocess.Popen[str]:
     argv = [sys.executable, __file__, "--root", str(root), "--sessions", str(args.sessions)]
-    argv += ["--steps", str(args.steps), "--policy", args.policy]
+    argv += ["--steps", str(steps or args.steps), "--policy", args.policy]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTION_PROXY_", "CPX_"))}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    if args.instructions:
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
+        env["PYTHONHASHSEED"] = "0"  # the same dict layouts in every run
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def instructions(run: subprocess.Popen[str]) -> int:
+    """The instructions callgrind counted in a finished run."""
+    _, err = run.communicate()
+    found = re.search(r"Collected : (\d+)", err)
+    if run.returncode or found is None:
+        raise RuntimeError(f"the run failed (exit {run.returncode}): {err[-500:]}")
+    return int(found.group(1))
+
+
+def per_step_instructions(roots: dict[str, Path], args: argparse.Namespace) -> list[str]:
+    """Millions of instructions per request after the first step, each checkout's pair of runs
+    (all steps, and 1 step) at the same time."""
+    runs = {
+        (name, steps): child(root, args, steps) for name, root in roots.items() for steps in (args.steps, 1)
+    }
+    counts = {key: instructions(run) for key, run in runs.items()}
+    requests = args.sessions * (args.steps - 1)
+    return [f"{(counts[name, args.steps] - counts[name, 1]) / requests / 1e6:.3f}" for name in roots]
 
 
 def main() -> int:
@@ -135,17 +163,22 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", metavar="DIR", help="another checkout, run at the same time")
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.root:
         run_one(args)
         return 0
     roots = {"this": ROOT, **({"other": Path(args.compare)} if args.compare else {})}
-    print(f"policy {args.policy}, {args.sessions} sessions x {args.steps} steps, CPU ms per request\n")
+    unit = "million instructions per request" if args.instructions else "CPU ms per request"
+    print(f"policy {args.policy}, {args.sessions} sessions x {args.steps} steps, {unit}\n")
     print("| round | " + " | ".join(roots) + " |\n|---:|" + "---:|" * len(roots))
-    for round_number in range(1, args.rounds + 1):
-        runs = {name: child(root, args) for name, root in roots.items()}
-        figures = [runs[name].communicate()[0].strip() for name in roots]
+    for round_number in range(1, (1 if args.instructions else args.rounds) + 1):
+        if args.instructions:
+            figures = per_step_instructions(roots, args)
+        else:
+            runs = {name: child(root, args) for name, root in roots.items()}
+            figures = [runs[name].communicate()[0].strip() for name in roots]
         print(f"| {round_number} | " + " | ".join(figures) + " |")
     return 0
 
