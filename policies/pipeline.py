@@ -123,9 +123,7 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
         return
     messages, origin = head, head_origin
     decided = _decided_indices(checkpoint)
-    # Past the last message a decision names, the client's messages go as they are.
-    through = len(original) if decided is None else min(len(original), max(decided, default=-1) + 1)
-    for index in range(start, through):
+    for index in range(start, len(original)):
         message = original[index]
         # A junk entry (null, a string) is never one the checkpoint replaced: it goes as it is.
         if (
@@ -139,9 +137,6 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
             message = checkpoint.placeholders.get(digest, message)
         messages.append(message)
         origin.append(index)
-    rest = max(start, through)
-    messages.extend(original[rest:])
-    origin.extend(range(rest, len(original)))
     view.messages, view.origin = messages, origin
     view.changed = messages != list(original)
     if view.changed:
