@@ -1,10 +1,12 @@
 """Exact, offline, incremental token counting for chat requests.
 
-Counts use tiktoken's BPE with rank files shipped inside this package (see
-``policies.encodings``), so nothing is downloaded. The per-message framing follows
-OpenAI's published counting recipe for chat models: every message costs
-``TOKENS_PER_MESSAGE`` on top of its role and content, a ``name`` costs one more, and the
-reply is primed with ``REPLY_PRIMING`` tokens. Tool schemas and tool calls are counted on
+Counts are tiktoken's (``encode_ordinary``) with rank files shipped inside this package (see
+``policies.encodings``), so nothing is downloaded; a faster library counts instead once it has
+counted a probe set exactly as tiktoken does (``policies.encodings.fast_bpe``).
+
+The per-message framing follows OpenAI's published counting recipe for chat models: every
+message costs ``TOKENS_PER_MESSAGE`` on top of its role and content, a ``name`` costs one
+more, and the reply is primed with ``REPLY_PRIMING`` tokens. Tool schemas and tool calls are counted on
 their compact JSON, which is how they reach the model's prompt, plus a small framing cost.
 
 Counting 120k tokens from cold takes tens of milliseconds, while an agent's next request
@@ -17,15 +19,14 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
 import orjson
-import tiktoken
 
-from policies.encodings import SUPPORTED_ENCODINGS, load_encoding
+from policies.encodings import SUPPORTED_ENCODINGS, CounterBackend, TextCounter, load_counter
 from policies.text_counts import TextCountCache
 
 TOKENS_PER_MESSAGE = 3
@@ -58,11 +59,11 @@ DEFAULT_MODEL_ENCODINGS: dict[str, str] = {
 _PIECE_CHARS = 1 << 20
 
 
-def _count(encoding: tiktoken.Encoding, text: str) -> int:
+def _count(count: Callable[[str], int], text: str) -> int:
     """Tokens of ``text``; past ``_PIECE_CHARS``, summed over pieces cut after a newline or a
     space (a cut can merge or split one token: at most one token per megabyte off)."""
     if len(text) <= _PIECE_CHARS:
-        return len(encoding.encode_ordinary(text)) if text else 0
+        return count(text) if text else 0
     total = 0
     start = 0
     while start < len(text):
@@ -71,7 +72,7 @@ def _count(encoding: tiktoken.Encoding, text: str) -> int:
             cut = max(text.rfind("\n", start, end), text.rfind(" ", start, end))
             if cut > start:
                 end = cut + 1
-        total += len(encoding.encode_ordinary(text[start:end]))
+        total += count(text[start:end])
         start = end
     return total
 
@@ -107,6 +108,7 @@ class TokenCounter:
         default_encoding: str = "o200k_base",
         model_encodings: Mapping[str, str] | None = None,
         cache_max_chars: int = 64 * 1024 * 1024,
+        backend: CounterBackend = "auto",
     ) -> None:
         mapping = dict(DEFAULT_MODEL_ENCODINGS if model_encodings is None else model_encodings)
         for encoding in (default_encoding, *mapping.values()):
@@ -117,7 +119,8 @@ class TokenCounter:
         self.default_encoding = default_encoding
         self._patterns = tuple(mapping.items())
         self._model_cache: dict[str, str] = {}
-        self._encodings: dict[str, tiktoken.Encoding] = {}
+        self._backend: CounterBackend = backend
+        self._encodings: dict[str, TextCounter] = {}
         self._caches: dict[str, TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
         self._role_counts: dict[str, dict[str, int]] = {}
@@ -193,13 +196,17 @@ class TokenCounter:
                 self._model_cache[model] = found
         return found
 
-    def _encoding(self, name: str) -> tiktoken.Encoding:
+    def _encoding(self, name: str) -> TextCounter:
         encoding = self._encodings.get(name)
         if encoding is None:
-            encoding = load_encoding(name)
+            encoding = load_counter(name, self._backend)
             self._encodings[name] = encoding
             self._caches[name] = TextCountCache(self._cache_max_chars)
         return encoding
+
+    def backend(self, name: str | None = None) -> str:
+        """What counts encoding ``name`` (the default one if not given): ``rs_bpe`` or ``tiktoken``."""
+        return self._encoding(name or self.default_encoding).backend
 
     @property
     def cache_flips(self) -> int:
@@ -223,7 +230,7 @@ class TokenCounter:
             cache = self._caches[name]
         count = cache.get(text)
         if count is None:
-            count = _count(self._encodings[name], text)
+            count = _count(self._encodings[name].count, text)
             cache.put(text, count)
         return count
 

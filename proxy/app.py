@@ -316,6 +316,7 @@ def make_counter(settings: Settings) -> TokenCounter:
         default_encoding=settings.tokens.default_encoding,
         model_encodings=settings.tokens.model_encodings,
         cache_max_chars=settings.tokens.cache_max_chars,
+        backend=settings.tokens.counter,
     )
 
 

@@ -113,6 +113,7 @@ class _Worker:
             default_encoding=settings.tokens.default_encoding,
             model_encodings=settings.tokens.model_encodings,
             cache_max_chars=settings.tokens.cache_max_chars,
+            backend=settings.tokens.counter,
         )
         self.counter.warm_up()
         self.policies: dict[str, Policy] = build_policies(policy_specs(settings))

@@ -70,6 +70,8 @@ class Lifecycle:
         self._spawn(self.save_factors_forever())
         # Loading a BPE table takes a few hundred ms: do it off the event loop, before ready.
         await asyncio.to_thread(parts.counter.warm_up)
+        counter = parts.counter
+        self.log.info("token_counter", encoding=counter.default_encoding, backend=counter.backend())
         try:
             await parts.store.expire(settings.store.keep_days * 86_400)  # also opens the store
         except Exception as exc:
