@@ -44,6 +44,12 @@ def config_hash(spec: Any) -> str:
     return hashlib.blake2b(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS), digest_size=8).hexdigest()
 
 
+def new_event_id() -> str:
+    """``ev_``, the microsecond as 14 hex digits, then 48 random bits: ids in the order they
+    were made, so the store appends each one to its index instead of writing a random page."""
+    return f"ev_{time.time_ns() // 1000:014x}{os.urandom(6).hex()}"
+
+
 def build_event(
     *,
     request_id: str,
@@ -68,7 +74,7 @@ def build_event(
     facts = outcome.facts
     return {
         "schema_version": SCHEMA_VERSION,
-        "event_id": "ev_" + os.urandom(10).hex(),
+        "event_id": new_event_id(),
         "time": time.time(),
         "request_id": request_id,
         "tenant": tenant,

@@ -99,24 +99,30 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 
 
 class _EventBatch:
-    """Events written in one transaction; ``taken`` once the store's thread has its rows."""
+    """Events written in one transaction; ``taken`` once the store's thread has its rows;
+    ``now`` set to write it without waiting out the rest of its linger."""
 
-    __slots__ = ("taken", "written")
+    __slots__ = ("now", "taken", "written")
     written: asyncio.Future[None]  # set by the store right after it makes the batch
 
     def __init__(self) -> None:
         self.taken = False
+        self.now = asyncio.Event()
 
 
 class SQLiteStore:
     """``Store`` on SQLite (WAL). One connection, owned by one worker thread."""
 
-    def __init__(self, path: str | Path, busy_timeout: float = 1.0) -> None:
+    def __init__(self, path: str | Path, busy_timeout: float = 1.0, event_linger: float = 0.0) -> None:
         self.path = Path(path)
         # How long a statement waits for another process's lock: short, so that a request
         # whose store write is blocked goes on uncompacted (fail open) within about a second
         # instead of holding the agent's step for SQLite's default wait.
         self.busy_timeout = busy_timeout
+        # Seconds a batch of events waits for more before it is written: a transaction costs
+        # SQLite's locks and WAL frames, and a batch of events fills pages a lone event leaves
+        # mostly empty. Readers in this process never wait for it: ``events`` writes it first.
+        self.event_linger = event_linger
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._local = threading.local()
         # Handles known to be stored, per tenant: content already stored is not written again.
@@ -239,8 +245,8 @@ class SQLiteStore:
 
     async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
         """Events are written in batches: one transaction (and one hop to the store's thread)
-        for every event that arrived while the previous batch was being written. Returns
-        once this event is in the database."""
+        for every event that arrived within ``event_linger`` of the batch's first or while the
+        previous batch was being written. Returns once this event is in the database."""
         data = msgspec.json.encode(event)
         self._event_rows.append(
             (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data)
@@ -248,8 +254,22 @@ class SQLiteStore:
         batch = self._event_batch
         if batch is None or batch.taken:
             batch = self._event_batch = _EventBatch()
-            batch.written = asyncio.ensure_future(self._run(lambda db: self._write_events(db, batch)))
+            batch.written = asyncio.ensure_future(self._write_batch(batch))
         await asyncio.shield(batch.written)
+
+    async def _write_batch(self, batch: _EventBatch) -> None:
+        if self.event_linger > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(batch.now.wait(), self.event_linger)
+        await self._run(lambda db: self._write_events(db, batch))
+
+    async def flush_events(self) -> None:
+        """Write the pending batch of events now; returns once it is in the database."""
+        batch = self._event_batch
+        if batch is not None and not batch.written.done():
+            batch.now.set()
+            with contextlib.suppress(Exception):  # its writers see and count a failure
+                await asyncio.shield(batch.written)
 
     def _write_events(self, db: sqlite3.Connection, batch: _EventBatch) -> None:
         # On the store's thread: the batch is closed before its rows are taken, so a row added
@@ -284,6 +304,7 @@ class SQLiteStore:
             # A session's events are stored per policy as "<session>:<policy>".
             clauses.append("(session = ? OR substr(session, 1, ?) = ?)")
             values += [session, len(session) + 1, session + ":"]
+        await self.flush_events()  # this process's own events are read back at once
         order = "time DESC, id DESC" if newest else "time, id"
         query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"  # noqa: S608
 
@@ -317,6 +338,8 @@ class SQLiteStore:
         return cleared
 
     async def close(self) -> None:
+        await self.flush_events()
+
         def shutdown(db: sqlite3.Connection) -> None:
             db.close()
             self._local.connection = None

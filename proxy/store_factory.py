@@ -29,4 +29,5 @@ def make_store(settings: Settings) -> Store:
     return SQLiteStore(
         settings.store.path or Path(settings.state_dir) / "compaction.db",
         busy_timeout=settings.store.busy_timeout_seconds,
+        event_linger=settings.store.event_batch_seconds,
     )

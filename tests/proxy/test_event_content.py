@@ -9,7 +9,7 @@ import pytest
 
 from policies.pipeline import build_policy
 from policies.tokens import TokenCounter
-from proxy.events import SCHEMA_VERSION, build_event
+from proxy.events import SCHEMA_VERSION, build_event, new_event_id
 from tests.policies.test_mechanisms import IMPROVED, SYSTEM, TASK, figure_5, step, words
 
 COUNTER = TokenCounter()
@@ -101,3 +101,12 @@ def test_unchanged_request_event_is_light_but_complete() -> None:
     event = event_for([{"n_latest": {"n": 50}}], [SYSTEM, TASK], 128_000)
     assert event["mechanisms"] == [] and event["trigger"] is None
     assert event["tokens_before"] == event["tokens_after"] and event["messages_after"] == 2
+
+
+def test_event_ids_sort_in_the_order_they_were_made() -> None:
+    """A store appends each new id to its index (no random page per event), and ids made in
+    one microsecond still differ."""
+    ids = [new_event_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids) and all(i.startswith("ev_") and len(i) == 29 for i in ids)
+    stamps = [int(i[3:17], 16) for i in ids]
+    assert stamps == sorted(stamps)

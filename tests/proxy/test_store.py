@@ -148,6 +148,36 @@ async def test_events_arriving_together_are_written_in_batches_and_each_caller_w
     await store.close()
 
 
+async def test_events_linger_into_one_batch_and_are_read_back_at_once(tmp_path: Path) -> None:
+    """Events that arrive one by one within the linger share one transaction; a read in the
+    same process writes the waiting batch first, and closing the store writes it too."""
+    store = SQLiteStore(tmp_path / "c.db", event_linger=5.0)
+    batches: list[int] = []
+    write = store._write_events
+
+    def counted(db: Any, batch: Any) -> None:
+        batches.append(len(store._event_rows))
+        write(db, batch)
+
+    store._write_events = counted  # type: ignore[method-assign]
+    adds = []
+    for i in range(20):
+        adds.append(asyncio.ensure_future(store.add_event("t", "s", {"event_id": f"e{i}", "time": float(i)})))
+        await asyncio.sleep(0.002)  # one at a time, as requests finish
+    started = asyncio.get_running_loop().time()
+    assert len(await store.events("t", limit=100)) == 20  # without waiting out the 5 s linger
+    assert asyncio.get_running_loop().time() - started < 2.0
+    await asyncio.gather(*adds)
+    assert batches == [20]
+    late = asyncio.ensure_future(store.add_event("t", "s", {"event_id": "late", "time": 99.0}))
+    await asyncio.sleep(0.01)
+    await store.close()  # does not wait out the linger either, and loses nothing
+    await late
+    reopened = SQLiteStore(tmp_path / "c.db")
+    assert [e["event_id"] for e in await reopened.events("t", limit=100)][-1] == "late"
+    await reopened.close()
+
+
 async def test_a_database_another_process_locks_fails_within_about_a_second(tmp_path: Path) -> None:
     """A write blocked by another process's lock gives up after the busy timeout (1 s by
     default), so the compaction service fails open instead of holding the request."""
