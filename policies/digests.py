@@ -8,7 +8,6 @@ request of a session only digests its new messages.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Sequence
@@ -56,7 +55,9 @@ class Digests:
         """This memo for one request: a request digests the same message objects more than
         once (to find its session, then to re-apply the session's decisions), and each digest
         after the first is one lookup by identity. Drop it with the request."""
-        scoped = copy.copy(self)
+        # A plain attribute copy (``copy.copy`` is several times slower; this runs per request).
+        scoped = object.__new__(Digests)
+        scoped.__dict__.update(self.__dict__)
         scoped._ids = {}
         scoped._base = self
         return scoped

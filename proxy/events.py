@@ -24,7 +24,9 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ import orjson
 import structlog
 
 from policies.facts import SummaryFact, TriggerFact
-from policies.pipeline import PolicyOutcome
+from policies.pipeline import Checkpoint, PolicyOutcome
 from proxy.read_loop import LoopResult
 from proxy.store import Store, encode_checkpoint
 
@@ -66,9 +68,11 @@ def build_event(
     messages_after: int | None = None,
     offloaded_bytes: int | None = None,
     session_fork: dict[str, Any] | None = None,
+    checkpoint_json: bytes | None = None,
 ) -> dict[str, Any]:
     """``messages_after`` and ``offloaded_bytes`` default to what ``outcome`` holds; the proxy
-    passes them because it drops the view and the offloaded texts before the upstream wait.
+    passes them because it drops the view and the offloaded texts before the upstream wait;
+    ``checkpoint_json``: the outcome's checkpoint as JSON, when the caller has it already.
 
     The keys and their order are the event's schema (version ``SCHEMA_VERSION``)."""
     facts = outcome.facts
@@ -104,7 +108,9 @@ def build_event(
         "details": {k: v for k, v in facts.to_event().items() if k not in ("summary", "trigger")},
         # Already JSON: embedded as it is encoded (msgspec writes ``Raw`` verbatim), not decoded
         # into objects only to be encoded again when the event is written.
-        "checkpoint": msgspec.Raw(encode_checkpoint(outcome.checkpoint)),
+        "checkpoint": msgspec.Raw(
+            encode_checkpoint(outcome.checkpoint) if checkpoint_json is None else checkpoint_json
+        ),
         "view": _compressed_view(outcome),
         # The session's request number (the checkpoint counts them; null for a policy that
         # keeps no session state), and at a compaction point which client message each view
@@ -112,6 +118,35 @@ def build_event(
         "request": outcome.checkpoint.requests or None,
         "view_origin": list(outcome.origin) if outcome.trigger and outcome.origin is not None else None,
     }
+
+
+class CheckpointJson:
+    """Each session's checkpoint as JSON for its events, encoded once per change.
+
+    Between compaction points a session's checkpoint changes only its request counter, yet
+    every event holds the whole checkpoint (about 10 KB once a summary exists): the JSON is
+    encoded with a sentinel counter when anything else changed, and each event's copy gets
+    its counter written in. Bounded to the ``sessions`` most recently seen."""
+
+    _SENTINEL = -739_201_557  # never a request count
+    _SENTINEL_JSON = b'"requests":-739201557'
+
+    def __init__(self, sessions: int = 1024) -> None:
+        self.sessions = sessions
+        self._templates: OrderedDict[str, tuple[Checkpoint, bytes]] = OrderedDict()
+
+    def encode(self, session: str, checkpoint: Checkpoint) -> bytes:
+        template = replace(checkpoint, requests=self._SENTINEL)
+        found = self._templates.get(session)
+        if found is None or found[0] != template:
+            data = encode_checkpoint(template)
+            if data.count(self._SENTINEL_JSON) != 1:  # not this encoder's layout: no shortcut
+                return encode_checkpoint(checkpoint)
+            found = self._templates[session] = (template, data)
+            while len(self._templates) > self.sessions:
+                self._templates.popitem(last=False)
+        self._templates.move_to_end(session)
+        return found[1].replace(self._SENTINEL_JSON, b'"requests":%d' % checkpoint.requests, 1)
 
 
 def _trigger_fields(trigger: TriggerFact | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from policies.pipeline import PolicyOutcome
 from proxy.dialects.base import Dialect
-from proxy.events import EventSink, build_event
+from proxy.events import CheckpointJson, EventSink, build_event
 from proxy.exchange import Exchange, ShadowCompare, status_class
 from proxy.metrics import Metrics
 from proxy.shadow import Decide, ShadowComparer
@@ -65,6 +65,7 @@ class CompactionRecord:
         self.decide = decide
         self.policy_meta = policy_meta
         self.record_skipped = record_skipped
+        self.checkpoints = CheckpointJson()
 
     def observe(self, exchange: Exchange) -> None:
         outcome = exchange.outcome
@@ -129,6 +130,12 @@ class CompactionRecord:
             messages_after=exchange.messages_after,
             offloaded_bytes=exchange.offloaded_bytes,
             session_fork=exchange.session_fork,
+            # A request the policy left alone gets a light record, without the checkpoint.
+            checkpoint_json=(
+                self.checkpoints.encode(exchange.session, outcome.checkpoint)
+                if outcome.mechanisms or outcome.trigger
+                else b"null"
+            ),
         )
         event["dialect"] = exchange.route
         if exchange.arm is not None:

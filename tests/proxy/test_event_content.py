@@ -110,3 +110,26 @@ def test_event_ids_sort_in_the_order_they_were_made() -> None:
     assert len(set(ids)) == len(ids) and all(i.startswith("ev_") and len(i) == 29 for i in ids)
     stamps = [int(i[3:17], 16) for i in ids]
     assert stamps == sorted(stamps)
+
+
+def test_a_sessions_checkpoint_json_is_encoded_once_per_change_and_exact_for_every_request() -> None:
+    from dataclasses import replace
+
+    from policies.pipeline import Checkpoint
+    from proxy.events import CheckpointJson
+    from proxy.store import encode_checkpoint
+
+    json = CheckpointJson(sessions=2)
+    summary = {"role": "user", "content": 'a summary that quotes "requests":5 and -739201557'}
+    checkpoint = Checkpoint(summary=summary, covered=4, placeholders={"3:ab": {"role": "tool", "content": "x"}})
+    encodes: list[object] = []
+    for number in range(1, 6):
+        current = replace(checkpoint, requests=number)
+        assert json.encode("s", current) == encode_checkpoint(current)
+        encodes.append(json._templates["s"][1])
+    assert all(e is encodes[0] for e in encodes)  # encoded once while only the counter changed
+    changed = replace(checkpoint, covered=6, requests=9)
+    assert json.encode("s", changed) == encode_checkpoint(changed)
+    for session in ("t", "u"):  # the oldest session is forgotten past the bound
+        assert json.encode(session, changed) == encode_checkpoint(changed)
+    assert list(json._templates) == ["t", "u"]
