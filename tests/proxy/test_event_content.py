@@ -121,7 +121,8 @@ def test_a_sessions_checkpoint_json_is_encoded_once_per_change_and_exact_for_eve
 
     json = CheckpointJson(sessions=2)
     summary = {"role": "user", "content": 'a summary that quotes "requests":5 and -739201557'}
-    checkpoint = Checkpoint(summary=summary, covered=4, placeholders={"3:ab": {"role": "tool", "content": "x"}})
+    placeholders = {"3:ab": {"role": "tool", "content": "x"}}
+    checkpoint = Checkpoint(summary=summary, covered=4, placeholders=placeholders)
     encodes: list[object] = []
     for number in range(1, 6):
         current = replace(checkpoint, requests=number)
