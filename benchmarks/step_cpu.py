@@ -17,6 +17,7 @@ share is included, the same for every checkout.
     .venv/bin/python benchmarks/step_cpu.py --policy improved
     .venv/bin/python benchmarks/step_cpu.py --compare /tmp/base-worktree --rounds 3
     .venv/bin/python benchmarks/step_cpu.py --compare /tmp/base-worktree --instructions --sessions 20
+    .venv/bin/python benchmarks/step_cpu.py --instructions --sessions 20 --step 27  # request 28 alone
 """
 
 from __future__ import annotations
@@ -156,6 +157,21 @@ def per_step_instructions(roots: dict[str, Path], args: argparse.Namespace) -> l
     return [f"{(counts[name, args.steps] - counts[name, 1]) / requests / 1e6:.3f}" for name in roots]
 
 
+def one_step_instructions(roots: dict[str, Path], args: argparse.Namespace) -> list[str]:
+    """Millions of instructions of request ``args.step + 1`` of each session alone (a step
+    before, at or after a compaction point): runs of that many steps and one fewer."""
+    runs = {
+        (name, steps): child(root, args, steps)
+        for name, root in roots.items()
+        for steps in (args.step + 1, args.step)
+    }
+    counts = {key: instructions(run) for key, run in runs.items()}
+    return [
+        f"{(counts[name, args.step + 1] - counts[name, args.step]) / args.sessions / 1e6:.3f}"
+        for name in roots
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default="improved")
@@ -164,17 +180,26 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", metavar="DIR", help="another checkout, run at the same time")
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
+    parser.add_argument(
+        "--step", type=int, help="with --instructions: request STEP+1 of each session alone (STEP >= 1)"
+    )
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.root:
         run_one(args)
         return 0
     roots = {"this": ROOT, **({"other": Path(args.compare)} if args.compare else {})}
+    if args.step is not None and (not args.instructions or args.step < 1):
+        parser.error("--step needs --instructions and a step of 1 or more")
     unit = "million instructions per request" if args.instructions else "CPU ms per request"
+    if args.step is not None:
+        unit += f" (request {args.step + 1} of each session)"
     print(f"policy {args.policy}, {args.sessions} sessions x {args.steps} steps, {unit}\n")
     print("| round | " + " | ".join(roots) + " |\n|---:|" + "---:|" * len(roots))
     for round_number in range(1, (1 if args.instructions else args.rounds) + 1):
-        if args.instructions:
+        if args.step is not None:
+            figures = one_step_instructions(roots, args)
+        elif args.instructions:
             figures = per_step_instructions(roots, args)
         else:
             runs = {name: child(root, args) for name, root in roots.items()}
