@@ -166,7 +166,7 @@ class StoreSettings(_Section, frozen=True):
     # on uncompacted (fail open).
     busy_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 1.0
     # SQLite: how long a batch of events waits for more before it is written (one transaction
-    # per batch; the events API writes a waiting batch before it reads).
+    # per batch; the events API writes this process's waiting batch before it reads).
     event_batch_seconds: Annotated[float, msgspec.Meta(ge=0, le=5)] = 0.05
     # Redis: how long a command waits to connect or for an answer (retried once) before the
     # request goes on uncompacted; after a failure the store pauses for a second.
