@@ -56,7 +56,7 @@ class Digests:
         once (to find its session, then to re-apply the session's decisions), and each digest
         after the first is one lookup by identity. Drop it with the request."""
         # A plain attribute copy (``copy.copy`` is several times slower; this runs per request).
-        scoped = object.__new__(Digests)
+        scoped = object.__new__(type(self))
         scoped.__dict__.update(self.__dict__)
         scoped._ids = {}
         scoped._base = self

@@ -142,7 +142,7 @@ class TokenCounter:
         must not change once counted (the stages build new messages, never edit one)."""
         # A plain attribute copy: ``copy.copy`` goes through ``__reduce_ex__``, several times
         # slower, and this runs on every request.
-        scoped = object.__new__(TokenCounter)
+        scoped = object.__new__(type(self))
         scoped.__dict__.update(self.__dict__)
         scoped._messages = {}
         scoped._lists = {}
