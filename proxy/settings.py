@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from policies.builtin_policies import builtin_policy_table
+from policies.encodings import CounterBackend
 from policies.pipeline import PolicySpec
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
@@ -142,7 +143,7 @@ class TokenSettings(_Section, frozen=True):
     cache_max_chars: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     # What counts: ``auto`` uses rs_bpe (two to three times faster) once it has counted a probe
     # set exactly as tiktoken does, tiktoken otherwise; ``tiktoken`` always uses tiktoken.
-    counter: Literal["auto", "tiktoken"] = "auto"
+    counter: CounterBackend = "auto"
     # Models whose tokenizer is not packaged: the packaged encoding's count times this factor is
     # their count (glob patterns, first match wins). 1.3 is Claude's measured ratio to o200k on
     # code and prose (about 1.15-1.25) with a safety margin.

@@ -32,7 +32,8 @@ class _Encodes(Protocol):
     def encode_ordinary(self, text: str) -> list[int]: ...
 
 
-_CONSTRUCTORS = {"o200k_base": "o200k_base", "cl100k_base": "cl100k_base"}
+# The encodings rs_bpe has, under tiktoken's names (its constructors are named alike).
+_ENCODINGS = frozenset({"o200k_base", "cl100k_base"})
 
 _PROBE_PIECES = [
     *"abcXYZ019 \t\n\r.,;:'\"!?()[]{}<>|/\\-_=+*&^%$#@~`",
@@ -113,11 +114,10 @@ def fast_counter(
 ) -> Callable[[str], int] | None:
     """An exact counter for encoding ``name`` faster than ``reference``, or None when the
     library is missing, has no such encoding, or disagrees with ``reference`` on the probes."""
-    constructor = _CONSTRUCTORS.get(name)
-    if rs_bpe_openai is None or constructor is None:
+    if rs_bpe_openai is None or name not in _ENCODINGS:
         return None
     try:
-        candidate: _Counts = getattr(rs_bpe_openai, constructor)()
+        candidate: _Counts = getattr(rs_bpe_openai, name)()
     except Exception:
         return None
     return tiktoken_compatible(candidate) if agrees(candidate, reference, texts or probe_texts()) else None

@@ -122,11 +122,8 @@ async def test_events_filter_by_tenant_session_and_time(store: SQLiteStore) -> N
     await store.close()
 
 
-async def test_events_arriving_together_are_written_in_batches_and_each_caller_waits_for_its_own(
-    store: SQLiteStore,
-) -> None:
-    """Events that arrive while a batch is being written go in the next one: every call
-    returns once its event is stored, with far fewer transactions than events."""
+def count_event_batches(store: SQLiteStore) -> list[int]:
+    """The number of events in each transaction the store writes, as it writes them."""
     batches: list[int] = []
     write = store._write_events
 
@@ -135,6 +132,15 @@ async def test_events_arriving_together_are_written_in_batches_and_each_caller_w
         write(db, batch)
 
     store._write_events = counted  # type: ignore[method-assign]
+    return batches
+
+
+async def test_events_arriving_together_are_written_in_batches_and_each_caller_waits_for_its_own(
+    store: SQLiteStore,
+) -> None:
+    """Events that arrive while a batch is being written go in the next one: every call
+    returns once its event is stored, with far fewer transactions than events."""
+    batches = count_event_batches(store)
 
     async def add(i: int) -> bool:
         await store.add_event("t", "s", {"event_id": f"e{i}", "time": float(i), "policy": "p"})
@@ -152,14 +158,7 @@ async def test_events_linger_into_one_batch_and_are_read_back_at_once(tmp_path: 
     """Events that arrive one by one within the linger share one transaction; a read in the
     same process writes the waiting batch first, and closing the store writes it too."""
     store = SQLiteStore(tmp_path / "c.db", event_linger=5.0)
-    batches: list[int] = []
-    write = store._write_events
-
-    def counted(db: Any, batch: Any) -> None:
-        batches.append(len(store._event_rows))
-        write(db, batch)
-
-    store._write_events = counted  # type: ignore[method-assign]
+    batches = count_event_batches(store)
     adds = []
     for i in range(20):
         adds.append(asyncio.ensure_future(store.add_event("t", "s", {"event_id": f"e{i}", "time": float(i)})))
