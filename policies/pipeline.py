@@ -264,7 +264,7 @@ def _request_view(
         messages=list(messages),
         original=messages,
         origin=list(range(len(messages))),
-        checkpoint=replace(checkpoint, requests=checkpoint.requests + 1),
+        checkpoint=checkpoint.with_requests(checkpoint.requests + 1),
         compacting=force,
         trigger="forced" if force else None,
     )

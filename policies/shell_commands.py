@@ -7,6 +7,7 @@ type, never executed.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from typing import Any
@@ -148,6 +149,9 @@ _LEADING_RETURNCODE = re.compile(r"^\s*(?:<returncode>|\{\s*\"returncode\"\s*:\s
 _JSON_RETURNCODE = re.compile(r"\"(?:returncode|exit_code)\"\s*:\s*(-?\d+)")
 
 
+# Asked of the same output by several stages at every compaction point (did it fail, its
+# description, the ledger): a pure function's memo, bounded.
+@functools.lru_cache(maxsize=8192)
 def exit_code(output: str) -> int | None:
     """The exit code an output reports: at its end (OpenHands, Codex, most harnesses), or
     mini-swe-agent's leading ``<returncode>N</returncode>`` (text mode) or its JSON

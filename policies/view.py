@@ -8,7 +8,7 @@ names by handle). Stages import these from here; ``policies.pipeline`` builds an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from policies.conversation import Conversation, Message, parse
@@ -61,6 +61,26 @@ class Checkpoint:
     short_of_target: bool = False
     # The session was told, once, that its fixed part leaves no read room (log line, metric).
     no_read_room_reported: bool = False
+
+    def with_requests(self, requests: int) -> Checkpoint:
+        """This checkpoint with another request count: the change made on every request, so
+        made by copying the fields (``dataclasses.replace`` inspects them on every call)."""
+        copy = object.__new__(Checkpoint)
+        for name in _CHECKPOINT_FIELDS:
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "requests", requests)
+        return copy
+
+    def same_but_requests(self, other: Checkpoint) -> bool:
+        """Whether ``other`` holds the same state, whatever its request count."""
+        for name in _CHECKPOINT_FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine is not theirs and name != "requests" and mine != theirs:
+                return False
+        return True
+
+
+_CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint))
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from policies.digests import Digests
@@ -362,9 +362,7 @@ class CompactionService:
                     )
             self.sessions.save(session, outcome.checkpoint)
             # The request counter changes on every request; only other changes are worth a write.
-            changed = (
-                checkpoint is None or replace(outcome.checkpoint, requests=checkpoint.requests) != checkpoint
-            )
+            changed = checkpoint is None or not outcome.checkpoint.same_but_requests(checkpoint)
             if changed and outcome.mechanisms:
                 if self.sessions.shared:
                     # Another worker may serve this session's next request: write it now.

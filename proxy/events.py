@@ -26,7 +26,6 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +135,9 @@ class CheckpointJson:
         self._templates: OrderedDict[str, tuple[Checkpoint, bytes]] = OrderedDict()
 
     def encode(self, session: str, checkpoint: Checkpoint) -> bytes:
-        template = replace(checkpoint, requests=self._SENTINEL)
         found = self._templates.get(session)
-        if found is None or found[0] != template:
+        if found is None or not found[0].same_but_requests(checkpoint):
+            template = checkpoint.with_requests(self._SENTINEL)
             data = encode_checkpoint(template)
             if data.count(self._SENTINEL_JSON) != 1:  # not this encoder's layout: no shortcut
                 return encode_checkpoint(checkpoint)

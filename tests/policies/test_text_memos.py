@@ -7,6 +7,8 @@ text between them, and the digests memo must not keep texts the count cache has 
 from __future__ import annotations
 
 from policies.digests import Digests
+from policies.shell_commands import exit_code
+from policies.stages.outputs import describe, failed
 from policies.tokens import TokenCounter
 
 TEXT = "pytest output line\n" * 200  # 3,800 characters
@@ -57,3 +59,14 @@ def test_digests_drop_what_the_counter_dropped() -> None:
     assert counter.shared_text(copy(TEXT)) is not old
     held = [text for generation in (digests._young, digests._old) for text, _ in generation.values()]
     assert all(text is not old for text in held)
+
+
+def test_an_outputs_exit_code_is_read_once_for_every_stage_that_asks() -> None:
+    """Whether an output failed, its description and the ledger all ask for its exit code at
+    every compaction point: the text is scanned once."""
+    text = "collected 3 items\n" + "x" * 5000 + "\nProcess exited with code 1"
+    before = exit_code.cache_info()
+    assert failed(text) is True
+    assert "exit 1" in describe("execute_bash", "pytest", text)
+    after = exit_code.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
