@@ -71,9 +71,10 @@ def _serve(args: argparse.Namespace) -> int:
         configure_logging(settings.logging.level, settings.logging.format)
         target = create_app(settings)
     # After the multiprocess set-up above: it loads the app (and prometheus-client).
-    from proxy.serving import http_protocol, tune_gc
+    from proxy.serving import http_protocol, tune_gc, tune_threads
 
     tune_gc()
+    tune_threads()
 
     uvicorn.run(
         target,

@@ -26,3 +26,20 @@ def test_tune_gc_raises_the_young_threshold_and_freezes_the_start() -> None:
     # In a process of its own: the test runner's collector stays as it is.
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+THREADS = """
+import sys
+from proxy.serving import GIL_SWITCH_SECONDS, tune_threads
+assert sys.getswitchinterval() == 0.005
+tune_threads()
+assert abs(sys.getswitchinterval() - GIL_SWITCH_SECONDS) < 1e-9 and GIL_SWITCH_SECONDS < 0.005
+print("ok")
+"""
+
+
+def test_tune_threads_hands_the_gil_to_a_waiting_thread_sooner() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
