@@ -115,6 +115,9 @@ class CompactionRecord:
 
     def _event(self, exchange: Exchange, outcome: PolicyOutcome) -> dict[str, Any]:
         version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))
+        # A request the policy left alone gets a light record: no checkpoint, no details.
+        light = not (outcome.mechanisms or outcome.trigger)
+        checkpoint = outcome.checkpoint
         event = build_event(
             request_id=exchange.request_id,
             tenant=exchange.tenant,
@@ -130,12 +133,8 @@ class CompactionRecord:
             messages_after=exchange.messages_after,
             offloaded_bytes=exchange.offloaded_bytes,
             session_fork=exchange.session_fork,
-            # A request the policy left alone gets a light record, without the checkpoint.
-            checkpoint_json=(
-                self.checkpoints.encode(exchange.session, outcome.checkpoint)
-                if outcome.mechanisms or outcome.trigger
-                else b"null"
-            ),
+            # Not encoded for a light record, which drops it below.
+            checkpoint_json=b"null" if light else self.checkpoints.encode(exchange.session, checkpoint),
         )
         event["dialect"] = exchange.route
         if exchange.arm is not None:
@@ -146,8 +145,7 @@ class CompactionRecord:
             event["token_count"] = exchange.token_count
         if exchange.dialect_notes:
             event["dialect_notes"] = exchange.dialect_notes
-        if not (outcome.mechanisms or outcome.trigger):
-            # A light record of a request the policy left alone.
+        if light:
             event.pop("checkpoint", None)
             event["details"] = {}
         return event

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from policies.pipeline import build_policy
+from policies.pipeline import Checkpoint, build_policy
 from policies.tokens import TokenCounter
-from proxy.events import SCHEMA_VERSION, build_event, new_event_id
+from proxy.events import SCHEMA_VERSION, CheckpointJson, build_event, new_event_id
+from proxy.store import encode_checkpoint
 from tests.policies.test_mechanisms import IMPROVED, SYSTEM, TASK, figure_5, step, words
 
 COUNTER = TokenCounter()
@@ -113,12 +115,6 @@ def test_event_ids_sort_in_the_order_they_were_made() -> None:
 
 
 def test_a_sessions_checkpoint_json_is_encoded_once_per_change_and_exact_for_every_request() -> None:
-    from dataclasses import replace
-
-    from policies.pipeline import Checkpoint
-    from proxy.events import CheckpointJson
-    from proxy.store import encode_checkpoint
-
     json = CheckpointJson(sessions=2)
     summary = {"role": "user", "content": 'a summary that quotes "requests":5 and -739201557'}
     placeholders = {"3:ab": {"role": "tool", "content": "x"}}
