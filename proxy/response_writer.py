@@ -124,15 +124,17 @@ class ResponseWriter:
             await self._send({"type": "http.response.body", "body": b"".join(held), "more_body": True})
 
     async def finish(self, last: bytes = b"") -> None:
-        """The last body bytes: the response is complete."""
-        await self.release_writes()
+        """The last body bytes: the response is complete. Writes still held go out with them,
+        in one send (a held stream's end is one write, not two)."""
+        held, self._held = self._held, None
         await self._flush_start()
         self.body_bytes += len(last)
         if self._capture is not None and last:
             self._capture.take(last)
         self.finished = True
         self._mark_done()
-        await self._send({"type": "http.response.body", "body": last, "more_body": False})
+        body = b"".join((*held, last)) if held else last
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def respond(self, status: int, headers: Headers, body: bytes) -> None:
         """A whole response at once (only before anything was sent)."""
