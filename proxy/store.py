@@ -32,11 +32,16 @@ from proxy.session_index import PrefixDigests, Resolution, decode_branches, enco
 
 T = TypeVar("T")
 
+# Outputs are a rowid table with a unique (tenant, handle) index: a handle is a content hash,
+# so keyed by it each output's kilobytes would be inserted at a random place in the table's
+# tree and move with every page split; by rowid they are appended, and only the small index
+# entry lands at a random place (a store made with the earlier WITHOUT ROWID layout keeps it:
+# both answer the same statements).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outputs (
     tenant TEXT NOT NULL, handle TEXT NOT NULL, content TEXT, description TEXT NOT NULL,
-    created REAL NOT NULL, last_used REAL NOT NULL, PRIMARY KEY (tenant, handle)
-) WITHOUT ROWID;
+    created REAL NOT NULL, last_used REAL NOT NULL, UNIQUE (tenant, handle)
+);
 CREATE TABLE IF NOT EXISTS checkpoints (
     session TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
 ) WITHOUT ROWID;

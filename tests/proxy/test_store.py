@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import stat
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,27 @@ async def test_a_database_another_process_locks_fails_within_about_a_second(tmp_
     await store.put_outputs("t_a", [Offload("out_2", "other", "x")])  # works again once released
     assert (await store.get_output("t_a", "out_2")) is not None
     await store.close()
+
+
+async def test_outputs_are_appended_by_rowid_and_the_earlier_layout_still_works(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "new.db")
+    await store.put_outputs("t", [OUTPUT])
+    await store.close()
+    with sqlite3.connect(tmp_path / "new.db") as db:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'outputs'").fetchone()
+    assert "WITHOUT ROWID" not in sql and "UNIQUE (tenant, handle)" in sql
+    # A store made before keeps its WITHOUT ROWID table; every statement works on it too.
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute(
+            "CREATE TABLE outputs (tenant TEXT NOT NULL, handle TEXT NOT NULL, content TEXT, "
+            "description TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, "
+            "PRIMARY KEY (tenant, handle)) WITHOUT ROWID"
+        )
+    old = SQLiteStore(tmp_path / "old.db")
+    await old.put_outputs("t", [OUTPUT])
+    found = await old.get_output("t", "out_1")
+    assert found is not None and found.content == OUTPUT.content
+    assert await old.expire(0.0, now=10**10) == 1
+    expired = await old.get_output("t", "out_1")
+    assert expired is not None and expired.expired
+    await old.close()
