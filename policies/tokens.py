@@ -20,7 +20,6 @@ import fnmatch
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import orjson
@@ -123,9 +122,11 @@ class TokenCounter:
         self._caches: dict[str, TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
         self._role_counts: dict[str, dict[str, int]] = {}
-        # Only in a counter for one request (``for_request``): message id -> (message,
-        # encoding, tokens). The message is held, so its id cannot name another object.
-        self._messages: dict[int, tuple[object, str, int]] | None = None
+        # Only in a counter for one request (``for_request``): encoding -> message id -> tokens,
+        # and every message so counted, held in ``_held`` so that its id cannot name another
+        # object while the request lasts.
+        self._messages: dict[str, dict[int, int]] | None = None
+        self._held: list[object] = []
         # Only there too: list id -> (a copy of the list, encoding, its counts). The stages ask
         # for the counts of one list several times; a hit needs the list equal to the copy
         # (its messages the same objects, in C), so a list changed in place counts again.
@@ -145,6 +146,7 @@ class TokenCounter:
         scoped = object.__new__(type(self))
         scoped.__dict__.update(self.__dict__)
         scoped._messages = {}
+        scoped._held = []
         scoped._lists = {}
         scoped._prefix = None
         return scoped
@@ -169,13 +171,15 @@ class TokenCounter:
         """Take ``tokens`` as the count of ``message`` in this request (a counter from
         ``for_request``): the caller knows it from an equal message counted before."""
         if self._messages is not None:
-            self._messages[id(message)] = (message, encoding, tokens)
+            self._messages.setdefault(encoding, {})[id(message)] = tokens
+            self._held.append(message)
 
     def remember_all(self, messages: Sequence[object], encoding: str, counts: Sequence[int]) -> None:
-        """``remember`` for each of ``messages`` with its count in ``counts`` (one C loop)."""
+        """``remember`` for each of ``messages`` with its count in ``counts`` (C loops, no
+        object kept per message)."""
         if self._messages is not None:
-            pairs = zip(messages, repeat(encoding), counts, strict=False)  # repeat is endless
-            self._messages.update(zip(map(id, messages), pairs, strict=True))
+            self._messages.setdefault(encoding, {}).update(zip(map(id, messages), counts, strict=True))
+            self._held.extend(messages)
 
     def warm_up(self, encodings: Iterable[str] | None = None) -> None:
         """Load encodings now (about 0.3 s each) instead of on first use; by default the
@@ -264,11 +268,15 @@ class TokenCounter:
         memo = self._messages
         if memo is None:
             return self._count_message(message, encoding)
-        found = memo.get(id(message))
-        if found is not None and found[0] is message and found[1] == encoding:
-            return found[2]
+        counted = memo.get(encoding)
+        if counted is None:
+            counted = memo[encoding] = {}
+        found = counted.get(id(message))
+        if found is not None:
+            return found
         total = self._count_message(message, encoding)
-        memo[id(message)] = (message, encoding, total)
+        counted[id(message)] = total
+        self._held.append(message)
         return total
 
     def _count_message(self, message: object, encoding: str) -> int:

@@ -121,6 +121,24 @@ def test_a_known_prefix_is_not_counted_message_by_message(monkeypatch: pytest.Mo
     assert counted == messages[10:]
 
 
+def test_remembered_counts_belong_to_their_objects_and_their_encoding() -> None:
+    messages = history(3)
+    counter = TokenCounter().for_request()
+    counter.remember_all(messages, "o200k_base", [9999] * len(messages))
+    assert [counter.count_message(m, "o200k_base") for m in messages] == [9999] * len(messages)
+    # Another encoding, or an equal message that is another object, is counted for real.
+    fresh = TokenCounter()
+    assert counter.count_message(messages[1], "cl100k_base") == fresh.count_message(
+        messages[1], "cl100k_base"
+    )
+    twin = dict(messages[1])
+    assert counter.count_message(twin, "o200k_base") == fresh.count_message(twin, "o200k_base") != 9999
+    # The request's counter keeps every message it remembers alive: no id names another object.
+    del messages[:]
+    others = [{"role": "user", "content": f"other {i}"} for i in range(50)]
+    assert all(counter.count_message(m, "o200k_base") != 9999 for m in others)
+
+
 def test_a_prefix_changed_in_place_is_counted_again() -> None:
     messages = history(4)
     counter = TokenCounter().for_request()
