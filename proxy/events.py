@@ -35,6 +35,7 @@ import structlog
 
 from policies.facts import SummaryFact, TriggerFact
 from policies.pipeline import Checkpoint, PolicyOutcome
+from proxy.checkpoint_states import SENTINEL_JSON, SENTINEL_REQUESTS, CheckpointState, template_digest
 from proxy.read_loop import LoopResult
 from proxy.store import Store, encode_checkpoint
 
@@ -120,32 +121,35 @@ def build_event(
 
 
 class CheckpointJson:
-    """Each session's checkpoint as JSON for its events, encoded once per change.
+    """Each session's checkpoint for its events, encoded once per change.
 
-    Between compaction points a session's checkpoint changes only its request counter, yet
-    every event holds the whole checkpoint (about 10 KB once a summary exists): the JSON is
-    encoded with a sentinel counter when anything else changed, and each event's copy gets
-    its counter written in. Bounded to the ``sessions`` most recently seen."""
-
-    _SENTINEL = -739_201_557  # never a request count
-    _SENTINEL_JSON = b'"requests":-739201557'
+    Between compaction points a session's checkpoint changes only its request counter: the
+    checkpoint is encoded with a sentinel counter (its template, named by a digest) when
+    anything else changed, and each event's state pairs that template with its own count.
+    Bounded to the ``sessions`` most recently seen."""
 
     def __init__(self, sessions: int = 1024) -> None:
         self.sessions = sessions
-        self._templates: OrderedDict[str, tuple[Checkpoint, bytes]] = OrderedDict()
+        self._templates: OrderedDict[str, tuple[Checkpoint, bytes, str]] = OrderedDict()
 
-    def encode(self, session: str, checkpoint: Checkpoint) -> bytes:
+    def state(self, session: str, checkpoint: Checkpoint) -> CheckpointState | None:
+        """This request's checkpoint as a template and a count; None when the encoder's
+        layout has no single place for the count (the caller encodes it whole)."""
         found = self._templates.get(session)
         if found is None or not found[0].same_but_requests(checkpoint):
-            template = checkpoint.with_requests(self._SENTINEL)
-            data = encode_checkpoint(template)
-            if data.count(self._SENTINEL_JSON) != 1:  # not this encoder's layout: no shortcut
-                return encode_checkpoint(checkpoint)
-            found = self._templates[session] = (template, data)
+            template_of = checkpoint.with_requests(SENTINEL_REQUESTS)
+            data = encode_checkpoint(template_of)
+            if data.count(SENTINEL_JSON) != 1:
+                return None
+            found = self._templates[session] = (template_of, data, template_digest(data))
             while len(self._templates) > self.sessions:
                 self._templates.popitem(last=False)
         self._templates.move_to_end(session)
-        return found[1].replace(self._SENTINEL_JSON, b'"requests":%d' % checkpoint.requests, 1)
+        return CheckpointState(digest=found[2], template=found[1], requests=checkpoint.requests)
+
+    def encode(self, session: str, checkpoint: Checkpoint) -> bytes:
+        state = self.state(session, checkpoint)
+        return encode_checkpoint(checkpoint) if state is None else state.json()
 
 
 def _trigger_fields(trigger: TriggerFact | None) -> dict[str, Any]:
@@ -248,14 +252,16 @@ class EventSink:
         self.pending: set[asyncio.Task[None]] = set()
         self._file_lock = threading.Lock()  # one append at a time: a rollback cuts only its own
 
-    def emit(self, event: Mapping[str, Any]) -> None:
-        task = asyncio.create_task(self._write(dict(event)))
+    def emit(self, event: Mapping[str, Any], checkpoint: CheckpointState | None = None) -> None:
+        """Write ``event`` in the background; ``checkpoint``: the state its checkpoint was
+        made from, for a store that keeps each template once (the file gets it whole)."""
+        task = asyncio.create_task(self._write(dict(event), checkpoint))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _write(self, event: dict[str, Any]) -> None:
+    async def _write(self, event: dict[str, Any], checkpoint: CheckpointState | None) -> None:
         try:
-            await self.store.add_event(event["tenant"], event["session"], event)
+            await self.store.add_event(event["tenant"], event["session"], event, checkpoint)
         except Exception as exc:  # an event lost is logged, never a failed request
             self._failed("store", exc)
         if self.path is None:

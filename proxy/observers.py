@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policies.pipeline import PolicyOutcome
+from proxy.checkpoint_states import CheckpointState
 from proxy.dialects.base import Dialect
 from proxy.events import CheckpointJson, EventSink, build_event
 from proxy.exchange import Exchange, ShadowCompare, status_class
 from proxy.metrics import Metrics
 from proxy.shadow import Decide, ShadowComparer
+from proxy.store import encode_checkpoint
 from proxy.token_factors import TokenFactors
 
 # Sends a compacted body upstream for a shadow comparison: (dialect, url, headers, body, tenant).
@@ -76,12 +78,15 @@ class CompactionRecord:
         if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction):
             return
         self._count(exchange, outcome)
-        event = self._event(exchange, outcome)
+        # A request the policy left alone gets a light record: no checkpoint, no details.
+        light = not (outcome.mechanisms or outcome.trigger)
+        state = None if light else self.checkpoints.state(exchange.session, outcome.checkpoint)
+        event = self._event(exchange, outcome, light, state)
         compare = exchange.compare
         if compare is not None and exchange.status == 200:
-            self._compare(exchange, compare, event)
+            self._compare(exchange, compare, event, state)
             return
-        self.events.emit(event)
+        self.events.emit(event, state)
 
     def _count(self, exchange: Exchange, outcome: PolicyOutcome) -> None:
         m = self.metrics
@@ -113,11 +118,14 @@ class CompactionRecord:
             # A prepared summary (or the ledger standing in for one) was not waited for.
             m.summary_wait_seconds.observe(0.0 if summary.prepared else summary.seconds)
 
-    def _event(self, exchange: Exchange, outcome: PolicyOutcome) -> dict[str, Any]:
+    def _event(
+        self, exchange: Exchange, outcome: PolicyOutcome, light: bool, state: CheckpointState | None
+    ) -> dict[str, Any]:
         version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))
-        # A request the policy left alone gets a light record: no checkpoint, no details.
-        light = not (outcome.mechanisms or outcome.trigger)
-        checkpoint = outcome.checkpoint
+        if light:
+            checkpoint_json = b"null"  # not encoded: a light record drops it below
+        else:
+            checkpoint_json = encode_checkpoint(outcome.checkpoint) if state is None else state.json()
         event = build_event(
             request_id=exchange.request_id,
             tenant=exchange.tenant,
@@ -133,8 +141,7 @@ class CompactionRecord:
             messages_after=exchange.messages_after,
             offloaded_bytes=exchange.offloaded_bytes,
             session_fork=exchange.session_fork,
-            # Not encoded for a light record, which drops it below.
-            checkpoint_json=b"null" if light else self.checkpoints.encode(exchange.session, checkpoint),
+            checkpoint_json=checkpoint_json,
         )
         event["dialect"] = exchange.route
         if exchange.arm is not None:
@@ -150,14 +157,20 @@ class CompactionRecord:
             event["details"] = {}
         return event
 
-    def _compare(self, exchange: Exchange, compare: ShadowCompare, event: dict[str, Any]) -> None:
+    def _compare(
+        self,
+        exchange: Exchange,
+        compare: ShadowCompare,
+        event: dict[str, Any],
+        state: CheckpointState | None,
+    ) -> None:
         """The shadow comparison runs in the background; its result completes the event."""
         policy = exchange.policy
 
         def compared(result: dict[str, Any]) -> None:
             label = "error" if result["error"] else ("diverged" if result["diverged"] else "same")
             self.metrics.shadow_compares.labels(policy, label).inc()
-            self.events.emit({**event, "shadow_compare": result})
+            self.events.emit({**event, "shadow_compare": result}, state)
 
         dialect, url, headers, tenant = compare.dialect, compare.url, compare.headers, exchange.tenant
 

@@ -28,6 +28,14 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from policies.pipeline import Checkpoint, Offload
+from proxy.checkpoint_states import (
+    STATE_REFRESH_SECONDS,
+    CheckpointState,
+    TemplateWrites,
+    by_reference,
+    expand,
+    references,
+)
 from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 
 T = TypeVar("T")
@@ -52,6 +60,10 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS branches (
     root TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint_states (
+    tenant TEXT NOT NULL, digest TEXT NOT NULL, data BLOB NOT NULL, time REAL NOT NULL,
+    UNIQUE (tenant, digest)
+);
 CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
 CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
 """
@@ -73,7 +85,9 @@ class Store(Protocol):
     async def get_output(self, tenant: str, handle: str) -> StoredOutput | None: ...
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None: ...
     async def save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None: ...
-    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None: ...
+    async def add_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: CheckpointState | None = None
+    ) -> None: ...
     async def resolve_branch(
         self, tenant: str, root_key: str, root_session: str, digests: Sequence[str]
     ) -> Resolution: ...
@@ -132,8 +146,10 @@ class SQLiteStore:
         self._local = threading.local()
         # Handles known to be stored, per tenant: content already stored is not written again.
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._event_rows: list[tuple[Any, ...]] = []
+        # Each event's row, and its checkpoint template's row when that is to be written too.
+        self._event_rows: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = []
         self._event_batch: _EventBatch | None = None
+        self._templates = TemplateWrites()
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -248,14 +264,21 @@ class SQLiteStore:
 
         return await self._run(update)
 
-    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+    async def add_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: CheckpointState | None = None
+    ) -> None:
         """Events are written in batches: one transaction (and one hop to the store's thread)
         for every event that arrived within ``event_linger`` of the batch's first or while the
-        previous batch was being written. Returns once this event is in the database."""
-        data = msgspec.json.encode(event)
-        self._event_rows.append(
-            (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data)
-        )
+        previous batch was being written. Returns once this event is in the database. Given
+        its ``checkpoint`` state, the event refers to the template (``TemplateWrites``)."""
+        template = None
+        if checkpoint is None:
+            data = msgspec.json.encode(event)
+        else:
+            data = msgspec.json.encode(by_reference(event, checkpoint))
+            template = self._templates.row(tenant, checkpoint, time.time())
+        row = (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data)
+        self._event_rows.append((row, template))  # one append: the template goes with its event
         batch = self._event_batch
         if batch is None or batch.taken:
             batch = self._event_batch = _EventBatch()
@@ -266,7 +289,11 @@ class SQLiteStore:
         if self.event_linger > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(batch.now.wait(), self.event_linger)
-        await self._run(lambda db: self._write_events(db, batch))
+        try:
+            await self._run(lambda db: self._write_events(db, batch))
+        except BaseException:
+            self._templates.forget()
+            raise
 
     async def flush_events(self) -> None:
         """Write the pending batch of events now; returns once it is in the database."""
@@ -280,9 +307,16 @@ class SQLiteStore:
         # On the store's thread: the batch is closed before its rows are taken, so a row added
         # after the swap finds it taken and starts the next batch.
         batch.taken = True
-        rows, self._event_rows = self._event_rows, []
+        taken, self._event_rows = self._event_rows, []
+        rows = [row for row, _ in taken]
+        states = [template for _, template in taken if template is not None]
         if rows:
             with db:
+                db.executemany(
+                    "INSERT INTO checkpoint_states (tenant, digest, data, time) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, digest) DO UPDATE SET time = excluded.time",
+                    states,
+                )
                 db.executemany(
                     "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -313,10 +347,19 @@ class SQLiteStore:
         order = "time DESC, id DESC" if newest else "time, id"
         query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"  # noqa: S608
 
-        def read(db: sqlite3.Connection) -> list[bytes]:
-            return [bytes(row[0]) for row in db.execute(query, (*values, limit))]
+        def read(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            found = [msgspec.json.decode(bytes(row[0])) for row in db.execute(query, (*values, limit))]
+            templates: dict[tuple[str, str], bytes] = {}
+            for key in references(found):
+                row = db.execute(
+                    "SELECT data FROM checkpoint_states WHERE tenant = ? AND digest = ?", key
+                ).fetchone()
+                if row is not None:
+                    templates[key] = bytes(row[0])
+            expand(found, templates)
+            return found
 
-        return [msgspec.json.decode(raw) for raw in await self._run(read)]
+        return await self._run(read)
 
     async def expire(self, keep_seconds: float, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -335,6 +378,10 @@ class SQLiteStore:
                 db.execute("DELETE FROM checkpoints WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM branches WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM events WHERE time < ?", (now - keep_seconds,))
+                db.execute(
+                    "DELETE FROM checkpoint_states WHERE time < ?",
+                    (now - keep_seconds - STATE_REFRESH_SECONDS,),
+                )
             return cleared
 
         cleared = await self._run(sweep)

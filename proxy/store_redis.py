@@ -28,6 +28,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from policies.pipeline import Checkpoint, Offload
+from proxy.checkpoint_states import CheckpointState
 from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 from proxy.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
@@ -138,7 +139,11 @@ class RedisStore:
                     continue
 
     @_guarded
-    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+    async def add_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: CheckpointState | None = None
+    ) -> None:
+        """The event whole: Redis expires each key on its own, so a template kept apart could
+        go before an event that refers to it (``checkpoint`` is not used)."""
         event_id = event["event_id"]
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.set(f"cpx:evd:{event_id}", msgspec.json.encode(event), ex=self.keep)

@@ -19,7 +19,9 @@ class Store:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+    async def add_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: object = None
+    ) -> None:
         self.events.append(event)
 
 

@@ -28,7 +28,9 @@ class BrokenStore(SQLiteStore):
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         raise TimeoutError("database is locked")
 
-    async def add_event(self, tenant: str, session: str, event: dict[str, Any]) -> None:
+    async def add_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: object = None
+    ) -> None:
         raise OSError(28, "No space left on device")
 
 
