@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import msgspec
 
-from policies.conversation import Step, message_text
+from policies.conversation import Message, Step, message_text, role
 from policies.facts import RetryCollapseFact
 from policies.handles import mention, new_handle
 from policies.stages.outputs import action_of, calls_by_id, describe, failed, output_indices
@@ -32,7 +32,7 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("min_attempts must be >= 2")
 
     async def apply(self, view: View, ctx: Context) -> View:
-        if not view.compacting:
+        if not view.compacting or not _any_failed(view.messages):
             return view
         messages = view.messages
         conversation = view.conversation()
@@ -110,6 +110,13 @@ class RetryCollapse(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         view.facts.retry_collapse = RetryCollapseFact(chains=len(notes), dropped_messages=len(drop))
         view.decided = True
         return view
+
+
+def _any_failed(messages: list[Message]) -> bool:
+    """Whether any message that can be an attempt's output (a tool result, a text agent's
+    observation) failed. A settled chain has at least one failed attempt, so without one the
+    history's steps are not taken apart at all (each output's verdict is memoized by text)."""
+    return any(role(m) in ("tool", "user") and failed(message_text(m)) for m in messages)
 
 
 def _attempts_saved(view: View, steps: list[Step]) -> str:

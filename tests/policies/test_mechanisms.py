@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+import policies.stages.retry_collapse as retry_collapse
 from policies.conversation import message_text, parse
 from policies.handles import is_placeholder
 from policies.ledger import build_ledger
@@ -311,6 +312,28 @@ def test_an_active_retry_chain_stays_intact() -> None:
     policy = build_policy("r", "", [{"trigger": {"high": 0.1}}, {"retry_collapse": {}}], safeguard=False)
     view = view_of(apply(policy, history, 10_000), history)
     assert sum(1 for m in view if "not found" in message_text(m)) == 3
+
+
+def test_a_history_without_a_failed_output_is_not_taken_apart_for_retries(monkeypatch: Any) -> None:
+    """A settled chain has a failed attempt: with none, the stage never reads the steps."""
+    history: list[Any] = [SYSTEM, TASK]
+    for i in range(6):
+        history += step(f"c{i}", "pytest tests/test_parse.py", words(400, f"o{i}"))
+    actions: list[int] = []
+    original = retry_collapse.action_of
+
+    def counted(*args: Any) -> Any:
+        actions.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(retry_collapse, "action_of", counted)
+    policy = build_policy("r", "", [{"trigger": {"high": 0.1}}, {"retry_collapse": {}}], safeguard=False)
+    outcome = apply(policy, history, 10_000)
+    assert outcome.trigger and "retry_collapse" not in outcome.mechanisms and actions == []
+    # One failed output: the steps are read (and a lone failure settles nothing).
+    history[-1] = {**history[-1], "content": "ERROR: not found\n[exit code 4]"}
+    outcome = apply(policy, history + step("z", "ls", "ok"), 10_000)
+    assert actions and "retry_collapse" not in outcome.mechanisms
 
 
 def test_pins_exempt_tools_from_offloading_and_summaries() -> None:
