@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from policies.pipeline import PolicyOutcome
+from policies.pipeline import Offload, PolicyOutcome
 from proxy.canary_outcome import AnswerCapture
 from proxy.errors import ProxyError
 from proxy.tracing import RequestTrace
@@ -127,12 +127,20 @@ def kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
     """The outcome as the compaction event needs it once the request is forwarded: without the
     client's messages or the offloaded texts, and without the view and where its messages
     came from unless this request is a compaction point (whose event holds the view itself)."""
-    return replace(
-        outcome,
-        messages=outcome.messages if outcome.trigger else None,
+    # Built field by field: ``dataclasses.replace`` inspects the fields on every call, and
+    # this runs once a request.
+    point = bool(outcome.trigger)
+    return PolicyOutcome(
+        messages=outcome.messages if point else None,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        mechanisms=outcome.mechanisms,
+        checkpoint=outcome.checkpoint,
+        facts=outcome.facts,
+        offloads={h: Offload(o.handle, "", o.description) for h, o in outcome.offloads.items()},
         original=(),
-        origin=outcome.origin if outcome.trigger else None,
-        offloads={handle: replace(o, content="") for handle, o in outcome.offloads.items()},
+        trigger=outcome.trigger,
+        origin=outcome.origin if point else None,
     )
 
 
