@@ -87,7 +87,7 @@ class TemplateWrites:
         self.remembered = remembered
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
 
-    def row(self, tenant: str, state: CheckpointState, now: float) -> tuple[str, str, bytes, float] | None:
+    def row(self, tenant: str, state: CheckpointState, now: float) -> tuple[str, str, float, bytes] | None:
         """The template's row to write with this event, or None when it was written lately."""
         key = (tenant, state.digest)
         written = self._written.get(key)
@@ -97,7 +97,7 @@ class TemplateWrites:
         self._written.move_to_end(key)
         while len(self._written) > self.remembered:
             self._written.popitem(last=False)
-        return (tenant, state.digest, state.template, now)
+        return (tenant, state.digest, now, state.template)
 
     def forget(self) -> None:
         """A batch that failed may have lost its templates: each is written again."""

@@ -61,9 +61,9 @@ CREATE TABLE IF NOT EXISTS branches (
     root TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS checkpoint_states (
-    tenant TEXT NOT NULL, digest TEXT NOT NULL, data BLOB NOT NULL, time REAL NOT NULL,
-    UNIQUE (tenant, digest)
+    tenant TEXT NOT NULL, digest TEXT NOT NULL, time REAL NOT NULL, data BLOB NOT NULL, UNIQUE(tenant, digest)
 );
+CREATE INDEX IF NOT EXISTS checkpoint_states_by_time ON checkpoint_states (time);
 CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
 CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
 """
@@ -313,7 +313,7 @@ class SQLiteStore:
         if rows:
             with db:
                 db.executemany(
-                    "INSERT INTO checkpoint_states (tenant, digest, data, time) VALUES (?, ?, ?, ?) "
+                    "INSERT INTO checkpoint_states (tenant, digest, time, data) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (tenant, digest) DO UPDATE SET time = excluded.time",
                     states,
                 )

@@ -106,4 +106,7 @@ async def test_expiry_keeps_a_template_as_long_as_an_event_may_refer_to_it(tmp_p
     assert await store.events("t") == []
     with sqlite3.connect(tmp_path / "c.db") as db:
         assert db.execute("SELECT count(*) FROM checkpoint_states").fetchone() == (0,)
+        # Expiry finds old templates by an index, never reading each template to its time.
+        plan = db.execute("EXPLAIN QUERY PLAN DELETE FROM checkpoint_states WHERE time < 1").fetchall()
+        assert any("checkpoint_states_by_time" in str(row) for row in plan)
     await store.close()
