@@ -148,8 +148,12 @@ class CheckpointJson:
         return CheckpointState(digest=found[2], template=found[1], requests=checkpoint.requests)
 
     def encode(self, session: str, checkpoint: Checkpoint) -> bytes:
-        state = self.state(session, checkpoint)
-        return encode_checkpoint(checkpoint) if state is None else state.json()
+        return checkpoint_json(checkpoint, self.state(session, checkpoint))
+
+
+def checkpoint_json(checkpoint: Checkpoint, state: CheckpointState | None) -> bytes:
+    """The event's checkpoint as JSON: filled in from its template, else encoded whole."""
+    return encode_checkpoint(checkpoint) if state is None else state.json()
 
 
 def _trigger_fields(trigger: TriggerFact | None) -> dict[str, Any]:

@@ -19,11 +19,10 @@ from typing import Any, Protocol
 from policies.pipeline import PolicyOutcome
 from proxy.checkpoint_states import CheckpointState
 from proxy.dialects.base import Dialect
-from proxy.events import CheckpointJson, EventSink, build_event
+from proxy.events import CheckpointJson, EventSink, build_event, checkpoint_json
 from proxy.exchange import Exchange, ShadowCompare, status_class
 from proxy.metrics import Metrics
 from proxy.shadow import Decide, ShadowComparer
-from proxy.store import encode_checkpoint
 from proxy.token_factors import TokenFactors
 
 # Sends a compacted body upstream for a shadow comparison: (dialect, url, headers, body, tenant).
@@ -122,10 +121,6 @@ class CompactionRecord:
         self, exchange: Exchange, outcome: PolicyOutcome, light: bool, state: CheckpointState | None
     ) -> dict[str, Any]:
         version, config_hash = self.policy_meta.get(exchange.policy, ("", ""))
-        if light:
-            checkpoint_json = b"null"  # not encoded: a light record drops it below
-        else:
-            checkpoint_json = encode_checkpoint(outcome.checkpoint) if state is None else state.json()
         event = build_event(
             request_id=exchange.request_id,
             tenant=exchange.tenant,
@@ -141,7 +136,8 @@ class CompactionRecord:
             messages_after=exchange.messages_after,
             offloaded_bytes=exchange.offloaded_bytes,
             session_fork=exchange.session_fork,
-            checkpoint_json=checkpoint_json,
+            # Not encoded for a light record, which drops it below.
+            checkpoint_json=b"null" if light else checkpoint_json(outcome.checkpoint, state),
         )
         event["dialect"] = exchange.route
         if exchange.arm is not None:
