@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.canary import COUNTED
+from proxy.sqlite_transaction import transaction
 from proxy.store import SQLiteStore
 from proxy.store_redis import RedisStore, _as_bytes
 
@@ -67,7 +68,7 @@ class SQLiteCanaryBook:
         self, key: str, arm: str, counted: Mapping[str, float], last_answer: str | None, now: float
     ) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with db:
+            with transaction(db):
                 row = db.execute("SELECT data FROM canary_sessions WHERE key = ?", (key,)).fetchone()
                 session = _merged(orjson.loads(row[0]) if row else None, arm, counted, last_answer, now)
                 db.execute(
@@ -104,12 +105,10 @@ class SQLiteCanaryBook:
 
     async def pause(self, record: dict[str, Any]) -> bool:
         def write(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(db):
                 row = db.execute("SELECT data FROM canary_state WHERE id = 1").fetchone()
                 state = orjson.loads(row[0]) if row else {"epoch": 0.0, "paused": None}
                 if state.get("paused"):
-                    db.execute("COMMIT")
                     return False
                 state["paused"] = record
                 db.execute(
@@ -117,10 +116,6 @@ class SQLiteCanaryBook:
                     "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
                     (orjson.dumps(state),),
                 )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
             return True
 
         paused: bool = await self._run(write)

@@ -12,6 +12,7 @@ import sqlite3
 import time
 from typing import Protocol
 
+from proxy.sqlite_transaction import transaction
 from proxy.store import SQLiteStore
 from proxy.store_redis import RedisStore, _as_bytes
 
@@ -53,7 +54,7 @@ class SQLitePrepared:
         key = f"{tenant}\x1f{session}"
 
         def take(db: sqlite3.Connection) -> bytes | None:
-            with db:
+            with transaction(db):
                 row = db.execute("DELETE FROM prepared WHERE key = ? RETURNING data", (key,)).fetchone()
             return bytes(row[0]) if row else None
 

@@ -37,6 +37,7 @@ from proxy.checkpoint_states import (
     references,
 )
 from proxy.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
+from proxy.sqlite_transaction import transaction
 
 T = TypeVar("T")
 
@@ -177,7 +178,7 @@ class SQLiteStore:
         now = time.time()
 
         def write(db: sqlite3.Connection) -> None:
-            with db:
+            with transaction(db):
                 db.executemany(
                     "INSERT INTO outputs (tenant, handle, content, description, created, last_used) "
                     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, handle) DO UPDATE SET "
@@ -246,8 +247,7 @@ class SQLiteStore:
         key = f"{tenant}\x1f{root_key}"
 
         def update(db: sqlite3.Connection) -> Resolution:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(db):
                 row = db.execute("SELECT data FROM branches WHERE root = ?", (key,)).fetchone()
                 branches = decode_branches(bytes(row[0]) if row else None)
                 resolution = resolve(branches, root_session, PrefixDigests(digests))
@@ -256,10 +256,6 @@ class SQLiteStore:
                     "ON CONFLICT (root) DO UPDATE SET data = excluded.data, updated = excluded.updated",
                     (key, tenant, encode_branches(branches), time.time()),
                 )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
             return resolution
 
         return await self._run(update)
@@ -311,7 +307,7 @@ class SQLiteStore:
         rows = [row for row, _ in taken]
         states = [template for _, template in taken if template is not None]
         if rows:
-            with db:
+            with transaction(db):
                 db.executemany(
                     "INSERT INTO checkpoint_states (tenant, digest, time, data) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (tenant, digest) DO UPDATE SET time = excluded.time",
@@ -365,7 +361,7 @@ class SQLiteStore:
         now = time.time() if now is None else now
 
         def sweep(db: sqlite3.Connection) -> int:
-            with db:
+            with transaction(db):
                 # A tombstone's last_used is when it expired; it is forgotten one period later.
                 cleared = db.execute(
                     "UPDATE outputs SET content = NULL, last_used = ? "
