@@ -65,6 +65,12 @@ class _Body(httpx.AsyncByteStream):
     def url(self) -> str:
         return self._exchange.url
 
+    @property
+    def drained(self) -> bool:
+        """The whole answer has arrived and every byte of it was taken: the chunk just taken
+        was the last one."""
+        return self._conn.complete and not self._conn.chunks
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         loop = asyncio.get_running_loop()

@@ -77,8 +77,9 @@ async def relay(
         writer.start(response.status_code, out_headers, streaming=is_sse)
         await writer.write(b"")  # headers now: a stream's first event may take the model a while
         first = True
+        stream, last = response.stream, b""
         try:
-            async for chunk in response.stream:  # type: ignore[union-attr]
+            async for chunk in stream:  # type: ignore[union-attr]
                 if first and exchange.stream:
                     metrics.ttfb_seconds.labels(exchange.policy).observe(
                         time.perf_counter() - exchange.started
@@ -88,6 +89,10 @@ async def relay(
                     compare.captured += chunk
                 if len(exchange.answer_head) < head_limit:
                     exchange.answer_head += chunk[: head_limit - len(exchange.answer_head)]
+                if getattr(stream, "drained", False):
+                    # The answer is all in: its last bytes end the response in one send.
+                    last = chunk
+                    continue
                 await writer.write(chunk)
         except httpx.HTTPError as exc:
             error = stream_failure(exc, request_id=exchange.request_id)
@@ -95,7 +100,7 @@ async def relay(
             metrics.errors.labels(exchange.error).inc()
             await writer.fail(error)
             return
-        await writer.finish()
+        await writer.finish(last)
     finally:
         exchange.upstream_seconds = time.perf_counter() - sent_at
         await response.aclose()
