@@ -12,6 +12,10 @@ bytes into them for ever (slowloris). This protocol adds, per connection:
 
 The limits are class attributes set once per process from the settings (``configure``), so
 worker processes that build the app from the environment set them too.
+
+Writes made in one turn of the event loop leave as one (``WriteBehind``): uvicorn writes a
+response's head, each body part and a chunked body's end separately, and each write to a
+socket is a syscall and a TCP segment; a relayed answer that has already arrived is one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,39 @@ def _status(code: int, reason: str, message: str) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+class WriteBehind:
+    """A connection's transport whose writes wait for the end of the event loop's turn, then go
+    out together. ``close`` sends what waits first; everything else is the transport's own."""
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._pending is None:
+            self._pending = [data]
+            self._loop.call_soon(self.flush)
+        else:
+            self._pending.append(data)
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.writelines(pending)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -74,7 +111,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(WriteBehind(transport, self.loop))  # type: ignore[arg-type]
         self._arm(self.header_timeout, "headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
