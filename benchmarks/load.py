@@ -238,7 +238,8 @@ def report(
     args: argparse.Namespace, d_lat: list[float], d_err: list[str], runs: dict[str, list[Run]]
 ) -> None:
     print(
-        f"{args.sessions} concurrent streaming sessions, policy improved, window {args.window:,}, "
+        f"{args.sessions} concurrent streaming sessions, "
+        f"policy {orjson.loads(args.config).get('policy', 'improved')}, window {args.window:,}, "
         f"{args.workers} worker(s), model wait {args.delay_ms:g} ms\n"
     )
     print("| target | seconds | requests | errors | p50 ms | p99 ms | proxy CPU ms/request |")
