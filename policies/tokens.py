@@ -322,11 +322,21 @@ class TokenCounter:
         return total
 
     def count_tools(self, tools: object, encoding: str) -> int:
+        """In a counter from ``for_request``, each tool schema is encoded and counted once per
+        request (the policy and every read round count the same schemas: an agent's 24 tools
+        are 80 KB of JSON to encode each time), in the memo the messages use."""
         if not isinstance(tools, list) or not tools:
             return 0
+        memo = self._messages.setdefault(encoding, {}) if self._messages is not None else None
         total = 0
         for tool in tools:
-            total += TOKENS_PER_TOOL_SCHEMA + self.count_text(json_text(tool), encoding)
+            tokens = memo.get(id(tool)) if memo is not None else None
+            if tokens is None:
+                tokens = TOKENS_PER_TOOL_SCHEMA + self.count_text(json_text(tool), encoding)
+                if memo is not None:
+                    memo[id(tool)] = tokens
+                    self._held.append(tool)
+            total += tokens
         return total
 
     def count_messages(self, messages: Sequence[object], encoding: str) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+import policies.tokens as tokens
 from policies.encodings import EXPECTED_SHA256, TextCounter, load_encoding, read_rank_file
 from policies.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TokenCounter
 
@@ -117,3 +118,29 @@ def test_cache_is_bounded() -> None:
     for i in range(200):
         counter.count_text(f"{i} " + "y" * 200)
     assert len(counter._caches["o200k_base"]) < 100
+
+
+def test_a_request_encodes_each_tool_schema_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy and each read round count the same schemas: within one request a schema is
+    encoded once; a counter outside any request, or the next request, encodes it again."""
+    encoded: list[object] = []
+    real = tokens.json_text
+
+    def counting(value: object) -> str:
+        encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(tokens, "json_text", counting)
+    schemas = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {}}} for i in range(3)]
+    counter = TokenCounter()
+    alone = counter.count_tools(schemas, "o200k_base")
+    assert len(encoded) == 3
+    request = counter.for_request()
+    assert request.count_tools(schemas, "o200k_base") == alone
+    assert (
+        request.count_tools([*schemas, {"type": "function", "function": {"name": "x"}}], "o200k_base") > alone
+    )
+    assert request.count_tools(schemas, "o200k_base") == alone
+    assert len(encoded) == 3 + 3 + 1
+    assert counter.for_request().count_tools(schemas, "o200k_base") == alone
+    assert len(encoded) == 3 + 3 + 1 + 3
