@@ -1,5 +1,6 @@
-"""The cache of token counts by text that ``policies.tokens`` keeps per encoding, and the
-cheap dictionary key it (and ``policies.digests``) files long texts under."""
+"""The caches of token counts ``policies.tokens`` keeps: by text per encoding (with the cheap
+dictionary key it, and ``policies.digests``, file long texts under), and by object for the
+tool schemas a conversation's bodies share."""
 
 from __future__ import annotations
 
@@ -71,3 +72,30 @@ class TextCountCache:
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
+
+
+class ObjectCounts:
+    """Token counts of objects by identity (tool schemas a conversation's bodies share), in two
+    generations of at most ``max_objects`` each. An entry holds its object, so its id cannot
+    name another object while it is remembered; a hit must be the very object. The objects
+    must not change once counted (a parsed body is never edited in place)."""
+
+    def __init__(self, max_objects: int = 8192) -> None:
+        self._max = max(1, max_objects)
+        self._young: dict[tuple[str, int], tuple[object, int]] = {}
+        self._old: dict[tuple[str, int], tuple[object, int]] = {}
+
+    def get(self, encoding: str, value: object) -> int | None:
+        key = (encoding, id(value))
+        entry = self._young.get(key)
+        if entry is None:
+            entry = self._old.get(key)
+            if entry is None or entry[0] is not value:
+                return None
+            self.put(encoding, value, entry[1])  # still in use: promoted
+        return entry[1] if entry[0] is value else None
+
+    def put(self, encoding: str, value: object, count: int) -> None:
+        if len(self._young) >= self._max:
+            self._old, self._young = self._young, {}
+        self._young[(encoding, id(value))] = (value, count)

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from policies.encodings import SUPPORTED_ENCODINGS, CounterBackend, TextCounter, load_counter
-from policies.text_counts import TextCountCache
+from policies.text_counts import ObjectCounts, TextCountCache
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -122,6 +122,8 @@ class TokenCounter:
         self._caches: dict[str, TextCountCache] = {}
         self._cache_max_chars = cache_max_chars
         self._role_counts: dict[str, dict[str, int]] = {}
+        # Shared by the counters of every request (``for_request`` copies the reference).
+        self._tool_counts = ObjectCounts()
         # Only in a counter for one request (``for_request``): encoding -> message id -> tokens,
         # and every message so counted, held in ``_held`` so that its id cannot name another
         # object while the request lasts.
@@ -322,20 +324,19 @@ class TokenCounter:
         return total
 
     def count_tools(self, tools: object, encoding: str) -> int:
-        """In a counter from ``for_request``, each tool schema is encoded and counted once per
-        request (the policy and every read round count the same schemas: an agent's 24 tools
-        are 80 KB of JSON to encode each time), in the memo the messages use."""
+        """Each tool schema object is encoded and counted once: a request counts its schemas in
+        the policy and again in every read round, and the next request of a conversation
+        brings the same objects (its body's closing fields are reused when their bytes are
+        unchanged); an agent's 24 tools are 80 KB of JSON to encode each time."""
         if not isinstance(tools, list) or not tools:
             return 0
-        memo = self._messages.setdefault(encoding, {}) if self._messages is not None else None
+        memo = self._tool_counts
         total = 0
         for tool in tools:
-            tokens = memo.get(id(tool)) if memo is not None else None
+            tokens = memo.get(encoding, tool)
             if tokens is None:
                 tokens = TOKENS_PER_TOOL_SCHEMA + self.count_text(json_text(tool), encoding)
-                if memo is not None:
-                    memo[id(tool)] = tokens
-                    self._held.append(tool)
+                memo.put(encoding, tool, tokens)
             total += tokens
         return total
 

@@ -7,6 +7,7 @@ import pytest
 
 import policies.tokens as tokens
 from policies.encodings import EXPECTED_SHA256, TextCounter, load_encoding, read_rank_file
+from policies.text_counts import ObjectCounts
 from policies.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TokenCounter
 
 
@@ -120,9 +121,10 @@ def test_cache_is_bounded() -> None:
     assert len(counter._caches["o200k_base"]) < 100
 
 
-def test_a_request_encodes_each_tool_schema_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The policy and each read round count the same schemas: within one request a schema is
-    encoded once; a counter outside any request, or the next request, encodes it again."""
+def test_each_tool_schema_object_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy and each read round count the same schemas, and the next request of a
+    conversation brings the same objects: each is encoded once. An equal schema that is another
+    object is encoded on its own (identity, never a guess), and so is a changed list's new one."""
     encoded: list[object] = []
     real = tokens.json_text
 
@@ -137,10 +139,24 @@ def test_a_request_encodes_each_tool_schema_once(monkeypatch: pytest.MonkeyPatch
     assert len(encoded) == 3
     request = counter.for_request()
     assert request.count_tools(schemas, "o200k_base") == alone
-    assert (
-        request.count_tools([*schemas, {"type": "function", "function": {"name": "x"}}], "o200k_base") > alone
-    )
-    assert request.count_tools(schemas, "o200k_base") == alone
-    assert len(encoded) == 3 + 3 + 1
+    extra = {"type": "function", "function": {"name": "x"}}
+    assert request.count_tools([*schemas, extra], "o200k_base") > alone
     assert counter.for_request().count_tools(schemas, "o200k_base") == alone
-    assert len(encoded) == 3 + 3 + 1 + 3
+    assert len(encoded) == 3 + 1
+    copies = [dict(schema) for schema in schemas]
+    assert counter.count_tools(copies, "o200k_base") == alone
+    assert len(encoded) == 3 + 1 + 3
+
+
+def test_object_counts_hold_their_objects_and_keep_what_is_in_use() -> None:
+    counts = ObjectCounts(max_objects=2)
+    first, second, third = {"a": 1}, {"b": 2}, {"c": 3}
+    counts.put("enc", first, 10)
+    counts.put("enc", second, 20)
+    counts.put("enc", third, 30)  # a new generation: the first two are the old one
+    assert counts.get("enc", first) == 10  # promoted, still in use
+    assert counts.get("other", first) is None  # per encoding
+    counts.put("enc", {"d": 4}, 40)  # another generation: the second one is dropped
+    assert counts.get("enc", second) is None
+    assert counts.get("enc", first) == 10 and counts.get("enc", third) == 30
+    assert counts.get("enc", {"a": 1}) is None  # an equal object is not the object
