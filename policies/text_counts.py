@@ -79,9 +79,9 @@ class ObjectCounts:
     generations of at most ``max_objects`` each. An entry holds its object, so its id cannot
     name another object while it is remembered; a hit must be the very object. The objects
     must not change once counted (a parsed body is never edited in place). The bound keeps
-    what a conversation no longer sends small: 4,096 of Claude Code's schemas (24 a request)
-    are about 170 conversations' worth, about 21 MB at most, most of it held by the
-    conversations' last bodies anyway."""
+    what conversations no longer send small: a generation of 4,096 of Claude Code's schemas
+    (24 a request) is about 170 conversations' worth, 21 MB, and most of what both generations
+    hold is held by the conversations' last bodies anyway."""
 
     def __init__(self, max_objects: int = 4096) -> None:
         self._max = max(1, max_objects)
