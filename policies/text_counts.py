@@ -91,12 +91,13 @@ class ObjectCounts:
     def get(self, encoding: str, value: object) -> int | None:
         key = (encoding, id(value))
         entry = self._young.get(key)
-        if entry is None:
-            entry = self._old.get(key)
-            if entry is None or entry[0] is not value:
-                return None
-            self.put(encoding, value, entry[1])  # still in use: promoted
-        return entry[1] if entry[0] is value else None
+        if entry is not None and entry[0] is value:
+            return entry[1]
+        entry = self._old.get(key)
+        if entry is None or entry[0] is not value:
+            return None
+        self.put(encoding, value, entry[1])  # still in use: promoted
+        return entry[1]
 
     def put(self, encoding: str, value: object, count: int) -> None:
         if len(self._young) >= self._max:

@@ -62,20 +62,10 @@ async def relay(
         capture=exchange.canary_capture,
     )
     try:
-        out_headers = client_response_headers(response.headers.raw)
-        if route_headers is not None:
-            if header_value(out_headers, b"x-request-id") is None:
-                out_headers.append((b"x-request-id", exchange.request_id.encode()))
-            out_headers.extend(route_headers)
-        exchange.status = response.status_code
-        is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
-        compare = exchange.compare
-        if compare is not None:
-            compare.captured_sse = is_sse
-        exchange.answer_sse = is_sse
-        head_limit = exchange.head_limit if response.status_code == 200 else 0
-        writer.start(response.status_code, out_headers, streaming=is_sse)
+        _start(writer, response, exchange, route_headers)
         await writer.write(b"")  # headers now: a stream's first event may take the model a while
+        compare = exchange.compare
+        head_limit = exchange.head_limit if response.status_code == 200 else 0
         first = True
         stream, last = response.stream, b""
         try:
@@ -107,3 +97,23 @@ async def relay(
         if call is not None:
             call.error = exchange.error
             call.end(**{"http.response.status_code": response.status_code})
+
+
+def _start(
+    writer: ResponseWriter,
+    response: httpx.Response,
+    exchange: Exchange,
+    route_headers: list[tuple[bytes, bytes]] | None,
+) -> None:
+    """The client response's status and headers: the upstream's, with the route's own."""
+    out_headers = client_response_headers(response.headers.raw)
+    if route_headers is not None:
+        if header_value(out_headers, b"x-request-id") is None:
+            out_headers.append((b"x-request-id", exchange.request_id.encode()))
+        out_headers.extend(route_headers)
+    exchange.status = response.status_code
+    is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
+    if exchange.compare is not None:
+        exchange.compare.captured_sse = is_sse
+    exchange.answer_sse = is_sse
+    writer.start(response.status_code, out_headers, streaming=is_sse)
