@@ -38,6 +38,14 @@ def chat(
     )
 
 
+def file_lines(path: Path, seconds: float = 5.0) -> list[str]:
+    """The lines of an events file once it has one: the sink appends after the store write."""
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and path.read_bytes().endswith(b"\n")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path.read_text().splitlines()
+
+
 def test_events_describe_and_reproduce_the_view(
     start_proxy: Any, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
@@ -76,8 +84,8 @@ def test_events_describe_and_reproduce_the_view(
     assert view.messages == sent
     # At a compaction point the event holds the view itself too.
     assert orjson.loads(zlib.decompress(base64.b64decode(event["view"]))) == sent
-    # Appended to the JSON-lines file too.
-    assert [orjson.loads(line)["event_id"] for line in jsonl.read_text().splitlines()] == [event["event_id"]]
+    # Appended to the JSON-lines file too (after the store: the read above may come first).
+    assert [orjson.loads(line)["event_id"] for line in file_lines(jsonl)] == [event["event_id"]]
     # Another tenant sees none of it.
     other = httpx.get(proxy.base_url + "/compaction/events", headers={"authorization": "Bearer sk-events-b"})
     assert other.json()["data"] == []
