@@ -16,6 +16,11 @@ worker processes that build the app from the environment set them too.
 Writes made in one turn of the event loop leave as one (``WriteBehind``): uvicorn writes a
 response's head, each body part and a chunked body's end separately, and each write to a
 socket is a syscall and a TCP segment; a relayed answer that has already arrived is one.
+
+A request body's parts are kept as they arrive and joined once (``BodyParts``): uvicorn grows a
+``bytearray`` with each part and copies it again into ``bytes``, which for an agent's body of
+100 KB or more in two parts costs tens of microseconds of reallocation and page faults, on
+every request.
 """
 
 from __future__ import annotations
@@ -68,6 +73,32 @@ class WriteBehind:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+class BodyParts:
+    """The parts of a request body, taken with ``+=`` as uvicorn takes them into its
+    ``bytearray``, and turned into ``bytes`` once: a body that came in one part is that part."""
+
+    __slots__ = ("_parts", "_size")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def __iadd__(self, part: bytes) -> BodyParts:
+        if part:
+            self._parts.append(part)
+            self._size += len(part)
+        return self
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        parts = self._parts
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            return parts[0]
+        return b"".join(parts)
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -148,6 +179,17 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._arm(self.body_timeout, "body")
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        # uvicorn starts each batch of the body (the request's, or what ``receive`` left) as an
+        # empty ``bytearray``: parts are kept instead, and joined once when the app takes them.
+        taken: object = cycle.body if cycle is not None else None
+        if cycle is not None and not isinstance(taken, BodyParts):
+            parts = BodyParts()
+            parts += bytes(cycle.body)
+            cycle.body = parts  # type: ignore[assignment]
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_body = False
