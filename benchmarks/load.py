@@ -255,6 +255,7 @@ def report(
                 f"| proxy {name} (run {rep + 1}) | {args.seconds:g} | {len(lat)} | {len(err)} | "
                 f"{pct(lat, 0.5):.1f} | {pct(lat, 0.99):.1f} | {per_request:.2f} |"
             )
+    print_shares(runs)
     for name, name_runs in runs.items():
         print(
             f"\n{name}, last run:\n\n| t (s) | proxy CPU % | proxy RSS MB | per worker MB |"
@@ -266,6 +267,30 @@ def report(
         errors = sorted({e for run in name_runs for e in run[1]})
         if errors:
             print("\nerrors:", errors)
+
+
+def cpu_per_request(run: Run) -> float:
+    return run[3] * 1000 / max(1, len(run[0]))
+
+
+def print_shares(runs: dict[str, list[Run]]) -> None:
+    """With ``--compare``: each proxy's mean CPU a request, and this checkout's as a share of
+    each other's, of the means and of each pair of runs made one after the other (the machine's
+    speed drifts between runs, so a share compares what one run of each measured)."""
+    if len(runs) < 2:
+        return
+    means = {name: sum(map(cpu_per_request, name_runs)) / len(name_runs) for name, name_runs in runs.items()}
+    print("\n| proxy | mean CPU ms/request | this / it (means) | this / it (pairs of runs) |")
+    print("|---|---:|---:|---|")
+    for name, name_runs in runs.items():
+        if name == "this":
+            print(f"| this | {means[name]:.3f} | - | - |")
+            continue
+        pairs = [
+            cpu_per_request(a) / cpu_per_request(b) for a, b in zip(runs["this"], name_runs, strict=True)
+        ]
+        shares = f"{min(pairs):.2f}-{max(pairs):.2f}"
+        print(f"| {name} | {means[name]:.3f} | {means['this'] / means[name]:.3f} | {shares} |")
 
 
 if __name__ == "__main__":
