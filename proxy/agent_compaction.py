@@ -27,13 +27,19 @@ _CLAUDE_PROMPTS = (
 )
 
 
-def agent_compaction(headers: Sequence[tuple[bytes, bytes]], messages: Sequence[Any]) -> str | None:
-    """The agent whose own compaction request this is, or None."""
+def agent_compaction(
+    headers: Sequence[tuple[bytes, bytes]], messages: Sequence[Any], last_user: int | None = None
+) -> str | None:
+    """The agent whose own compaction request this is, or None. ``last_user``: the index of the
+    last user message when it is known already (-1: there is none)."""
     for name, value in headers:
         if name == b"x-codex-turn-metadata" and _CODEX_KIND.search(value):
             return "codex"
     # The last user message (an agent's history is mostly assistant and tool messages behind it).
-    last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+    if last_user is None:
+        last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+    else:
+        last = messages[last_user] if last_user >= 0 else None
     if last is not None:
         text = message_text(last)[:4000]
         if any(prompt in text for prompt in _CLAUDE_PROMPTS):

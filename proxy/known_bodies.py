@@ -50,7 +50,7 @@ class ParsedBody:
     # Leading items of the history list taken from the conversation's last body, which its
     # reader found sound then (``checked``).
     known: int = 0
-    record: _Known | None = None
+    record: KnownBody | None = None
 
     def checked(self) -> None:
         """The reader found every item of the history sound: the next body may skip those."""
@@ -59,7 +59,7 @@ class ParsedBody:
 
 
 @dataclass(slots=True)
-class _Known:
+class KnownBody:
     body: bytes
     field: str
     ends: list[int]  # offset just after each item
@@ -68,6 +68,28 @@ class _Known:
     list_end: int  # offset of the history list's "]"
     tail: dict[str, Any]  # the top-level fields after it
     checked: int = 0  # leading items the reader found sound
+    reused: int = 0  # leading items taken from the conversation's last body
+    # That body's last item with the role "user", when it is one of the reused ones (-1: it had
+    # none; None: not known).
+    earlier_user: int | None = None
+    _last_user: int | None = None
+
+    def last_user(self) -> int:
+        """The index of the last item that is an object with the role "user" (-1: none). An
+        agent's history grows after its task: when the last body's answer is among the items
+        this one shares with it, only the items added since are looked at."""
+        if self._last_user is None:
+            start = 0 if self.earlier_user is None else self.reused
+            items = self.items
+            found = next((i for i in range(len(items) - 1, start - 1, -1) if _is_user(items[i])), None)
+            if found is None:
+                found = -1 if self.earlier_user is None else self.earlier_user
+            self._last_user = found
+        return self._last_user
+
+
+def _is_user(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("role") == "user"
 
 
 class Door(Protocol):
@@ -112,7 +134,7 @@ class KnownBodies:
         self.max_bodies = max_bodies
         self.max_bytes = max_bytes
         self.verify = os.environ.get("CPX_VERIFY_KNOWN_BODIES") == "1"
-        self._known: OrderedDict[bytes, _Known] = OrderedDict()
+        self._known: OrderedDict[bytes, KnownBody] = OrderedDict()
         self._bytes = 0
 
     @staticmethod
@@ -155,7 +177,7 @@ class KnownBodies:
         self._remember(key, record)
         return parsed
 
-    def _warm(self, known: _Known, body: bytes) -> tuple[ParsedBody | None, _Known | None]:
+    def _warm(self, known: KnownBody, body: bytes) -> tuple[ParsedBody | None, KnownBody | None]:
         shared = common_prefix(body, known.body)
         # An item is reused when its bytes are shared and it is whole: it closes (an object, an
         # array, a string), or the byte after it is shared too ("12" may go on as "123"). Items
@@ -172,10 +194,12 @@ class KnownBodies:
         if known.field in tail:
             raise _Unexpected("the history field appears twice")
         data = {**known.head, known.field: items, **tail}
-        record = _Known(body, known.field, ends, items, known.head, list_end, tail)
+        record = KnownBody(body, known.field, ends, items, known.head, list_end, tail, reused=reused)
+        if known._last_user is not None and known._last_user < reused:
+            record.earlier_user = known._last_user
         return ParsedBody(data, False, min(reused, known.checked), record), record
 
-    def _remember(self, key: bytes, record: _Known | None) -> None:
+    def _remember(self, key: bytes, record: KnownBody | None) -> None:
         dropped = self._known.pop(key, None)
         if dropped is not None:
             self._bytes -= len(dropped.body)
@@ -213,7 +237,7 @@ class _Text:
 
 
 def _appended(
-    body: bytes, known: _Known, items: list[Any], ends: list[int]
+    body: bytes, known: KnownBody, items: list[Any], ends: list[int]
 ) -> tuple[int, dict[str, Any]] | None:
     """The usual next body: items appended to the history and the same fields after it. Then
     what lies between the last reused item and those closing bytes is the new items, parsed
@@ -268,7 +292,7 @@ def _read_rest(body: bytes, after: int, items: list[Any], ends: list[int]) -> tu
     return list_end, tail
 
 
-def _cold_record(body: bytes, data: Any, field: str) -> _Known | None:
+def _cold_record(body: bytes, data: Any, field: str) -> KnownBody | None:
     """Where each item of the history list ``field`` of a wholly parsed body ends, for the next
     body to start from; None for a body the fast path does not read (or does not read here)."""
     if not isinstance(data, dict) or not isinstance(data.get(field), list) or not data[field]:
@@ -302,7 +326,7 @@ def _cold_record(body: bytes, data: Any, field: str) -> _Known | None:
 
 def _list_record(
     body: bytes, data: dict[str, Any], field: str, text: _Text, char: int, head: dict[str, Any]
-) -> _Known | None:
+) -> KnownBody | None:
     if text.text[char] != "[":
         return None
     items: list[Any] = data[field]
@@ -319,4 +343,4 @@ def _list_record(
     if text.text[char] != "]":
         return None
     tail = {name: value for name, value in data.items() if name not in head and name != field}
-    return _Known(body, field, ends, list(items), head, text.byte_at(char), tail)
+    return KnownBody(body, field, ends, list(items), head, text.byte_at(char), tail)

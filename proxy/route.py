@@ -30,6 +30,7 @@ from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json
 from proxy.forwarding import header_value
+from proxy.known_bodies import KnownBody
 from proxy.large_requests import LargeRequests
 from proxy.loop_runner import LoopPlan, LoopRunner
 from proxy.metrics import Metrics
@@ -73,6 +74,7 @@ class Draft:
     restored: dict[str, Any] | None = None
     # The request's counter: each message is counted once however often it is asked for.
     counter: TokenCounter | None = None
+    wire: KnownBody | None = None  # the client's body as read (what is known of its items)
 
     def as_sent(self, why: str) -> bool:
         """The request goes exactly as the client sent it; the header says why."""
@@ -138,7 +140,7 @@ class CompactingRoute:
             if not await step(draft):
                 break
         # Released before the upstream wait: only what is sent is kept.
-        draft.parsed = draft.compacted = draft.counter = draft.restored = None
+        draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
         view, draft.view = draft.view, None
         dialect, exchange = draft.dialect, draft.exchange
         headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), view)
@@ -178,21 +180,13 @@ class CompactingRoute:
         name = requested.decode("latin-1") if requested else self.default_policy
         policy = self.policies.get(name)
         if policy is None:
-            raise ProxyError(
-                400,
-                f"Unknown compaction policy {name!r}. Valid policies: {self._valid_policies}.",
-                code="unknown_policy",
-                param="X-Compaction-Policy",
-            )
+            message = f"Unknown compaction policy {name!r}. Valid policies: {self._valid_policies}."
+            raise ProxyError(400, message, code="unknown_policy", param="X-Compaction-Policy")
         requested_mode = header_value(draft.headers, b"x-compaction-mode")
         mode = requested_mode.decode("latin-1") if requested_mode else self.default_mode
         if mode not in MODES:
-            raise ProxyError(
-                400,
-                f"Unknown compaction mode {mode!r}. Valid modes: {', '.join(MODES)}.",
-                code="unknown_mode",
-                param="X-Compaction-Mode",
-            )
+            message = f"Unknown compaction mode {mode!r}. Valid modes: {', '.join(MODES)}."
+            raise ProxyError(400, message, code="unknown_mode", param="X-Compaction-Mode")
         exchange = draft.exchange
         exchange.mode = mode
         exchange.policy = name if mode != "off" else "off"
@@ -229,6 +223,7 @@ class CompactingRoute:
             draft.parsed = door.parse(data, body.lenient, 0 if restored else body.known)
             if draft.parsed.skipped is None and not restored:
                 body.checked()
+                draft.wire = body.record
         except (NestedTooDeep, *_UNREADABLE) as exc:
             return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
         if restored:
@@ -260,7 +255,9 @@ class CompactingRoute:
         parsed = draft.parsed
         if parsed is None or draft.skipped:
             return True
-        agent = agent_compaction(draft.headers, parsed.neutral["messages"])
+        messages, wire = parsed.neutral["messages"], draft.wire
+        last_user = wire.last_user() if wire is not None and wire.items is messages else None
+        agent = agent_compaction(draft.headers, messages, last_user)
         if agent is None:
             return True
         neutral = parsed.neutral
