@@ -194,9 +194,10 @@ class KnownBodies:
         if known.field in tail:
             raise _Unexpected("the history field appears twice")
         data = {**known.head, known.field: items, **tail}
-        record = KnownBody(body, known.field, ends, items, known.head, list_end, tail, reused=reused)
-        if known._last_user is not None and known._last_user < reused:
-            record.earlier_user = known._last_user
+        earlier = known._last_user if known._last_user is not None and known._last_user < reused else None
+        record = KnownBody(
+            body, known.field, ends, items, known.head, list_end, tail, reused=reused, earlier_user=earlier
+        )
         return ParsedBody(data, False, min(reused, known.checked), record), record
 
     def _remember(self, key: bytes, record: KnownBody | None) -> None:

@@ -256,6 +256,8 @@ class CompactingRoute:
         if parsed is None or draft.skipped:
             return True
         messages, wire = parsed.neutral["messages"], draft.wire
+        # Where the neutral messages are the body's own list (the chat door), the body reader
+        # knows the last user message; elsewhere the history is scanned.
         last_user = wire.last_user() if wire is not None and wire.items is messages else None
         agent = agent_compaction(draft.headers, messages, last_user)
         if agent is None:

@@ -184,8 +184,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         # uvicorn starts each batch of the body (the request's, or what ``receive`` left) as an
         # empty ``bytearray``: parts are kept instead, and joined once when the app takes them.
-        taken: object = cycle.body if cycle is not None else None
-        if cycle is not None and not isinstance(taken, BodyParts):
+        if cycle is not None and not isinstance(cycle.body, BodyParts):
             parts = BodyParts()
             parts += bytes(cycle.body)
             cycle.body = parts  # type: ignore[assignment]
