@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from policies.conversation import message_text
+from policies.conversation import message_text, role
 
 _CODEX_KIND = re.compile(rb'"request_kind"\s*:\s*"compaction"')
 # Claude Code's /compact (and auto-compact) prompt, as it opens its last user message.
@@ -37,7 +37,7 @@ def agent_compaction(
             return "codex"
     # The last user message (an agent's history is mostly assistant and tool messages behind it).
     if last_user is None:
-        last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+        last = next((m for m in reversed(messages) if role(m) == "user"), None)
     else:
         last = messages[last_user] if last_user >= 0 else None
     if last is not None:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from policies.conversation import role
 from proxy.exchange import parse_json
 from proxy.forwarding import header_value
 
@@ -81,15 +82,11 @@ class KnownBody:
         if self._last_user is None:
             start = 0 if self.earlier_user is None else self.reused
             items = self.items
-            found = next((i for i in range(len(items) - 1, start - 1, -1) if _is_user(items[i])), None)
+            found = next((i for i in range(len(items) - 1, start - 1, -1) if role(items[i]) == "user"), None)
             if found is None:
                 found = -1 if self.earlier_user is None else self.earlier_user
             self._last_user = found
         return self._last_user
-
-
-def _is_user(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("role") == "user"
 
 
 class Door(Protocol):
