@@ -107,8 +107,10 @@ class LoopDriver:
         writer: ResponseWriter,
         request_id: str,
         trace: RequestTrace | None = None,
+        encode: Callable[[dict[str, Any]], bytes] = dump_json,
     ) -> None:
         self.loop = loop
+        self.encode = encode
         self.trace = trace
         self.dialect = loop.dialect
         self.upstream = upstream
@@ -188,7 +190,7 @@ class LoopDriver:
         headers = self.trace.upstream_headers(self.headers, call) if self.trace and call else self.headers
         started = time.perf_counter()
         try:
-            response = await self.upstream.open("POST", self.url, headers, dump_json(send.body))
+            response = await self.upstream.open("POST", self.url, headers, self.encode(send.body))
         except httpx.HTTPError as exc:
             if call is not None:
                 call.error = type(exc).__name__

@@ -39,6 +39,8 @@ class LoopPlan:
     handles: tuple[str, ...] = ()
     # The request's own counter (``TokenCounter.for_request``): the view is counted already.
     counter: TokenCounter | None = None
+    # A round's body as bytes: the first round's client items copied from the client's bytes.
+    encode: Callable[[dict[str, Any]], bytes] = dump_json
 
 
 class LoopRunner:
@@ -95,6 +97,7 @@ class LoopRunner:
             writer=writer,
             request_id=request_id,
             trace=trace,
+            encode=plan.encode,
         )
 
     async def serve(

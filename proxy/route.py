@@ -28,7 +28,7 @@ from proxy.canary_runtime import CanaryArms, place_in_arm
 from proxy.compaction import Compacted, CompactionService, policy_reserve
 from proxy.dialects.base import Dialect, Parsed
 from proxy.errors import ProxyError
-from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare, dump_json
+from proxy.exchange import Exchange, NestedTooDeep, ShadowCompare
 from proxy.forwarding import header_value
 from proxy.known_bodies import KnownBody
 from proxy.large_requests import LargeRequests
@@ -42,6 +42,7 @@ from proxy.sessions import tenant_of
 from proxy.shadow import ShadowComparer
 from proxy.token_factors import ScaledWindows
 from proxy.upstream import Upstream
+from proxy.wire_bytes import view_encoder
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
@@ -141,10 +142,9 @@ class CompactingRoute:
                 break
         # Released before the upstream wait: only what is sent is kept.
         draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
-        view, draft.view = draft.view, None
         dialect, exchange = draft.dialect, draft.exchange
-        headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), view)
-        del view
+        headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), draft.view)
+        draft.view = None
         if draft.loop is not None:
             writer = ResponseWriter(
                 send,
@@ -359,6 +359,7 @@ class CompactingRoute:
             draft.view = None  # the client's bytes go
             return False
         outcome = compacted.outcome
+        encode = view_encoder(draft.wire, verify=self.service.bodies.verify)
         if (
             outcome.messages is not None
             and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
@@ -373,11 +374,11 @@ class CompactingRoute:
                 requested=requested,
                 handles=tuple(outcome.checkpoint.handles),
                 counter=draft.counter,
+                encode=encode,
             )
-            draft.view = draft.loop.body
-            draft.content = b""
+            draft.view, draft.content = draft.loop.body, b""
             return True
-        draft.content = dump_json(view)
+        draft.content = encode(view)
         return True
 
 
