@@ -13,6 +13,7 @@ whose matching time is linear in the text (no catastrophic backtracking), in a w
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +33,10 @@ DEFAULT_LINES = 200
 SEARCH_ALL = "*"
 
 
+# One object per setting, shared by every request (nothing edits a body in place): the token
+# counter remembers a schema's count by the object, so a new copy per request was encoded and
+# counted again, and each copy took a place among the client schemas the counter remembers.
+@functools.lru_cache(maxsize=16)
 def tool_schema(max_lines: int) -> dict[str, Any]:
     return {
         "type": "function",

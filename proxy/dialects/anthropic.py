@@ -22,6 +22,7 @@ The history is read into the neutral conversation and a view written back by
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -198,14 +199,9 @@ class AnthropicDialect(BaseDialect):
         await self.hidden.record(tenant, body["messages"][mark:], answer)
 
     def with_read_tool(self, body: dict[str, Any], max_lines: int) -> dict[str, Any]:
-        function = tool_schema(max_lines)["function"]
-        tool = {
-            "name": TOOL_NAME,
-            "description": function["description"],
-            "input_schema": function["parameters"],
-        }
         tools = body.get("tools")
-        return with_thinking_rebound({**body, "tools": [*(tools if isinstance(tools, list) else []), tool]})
+        tools = [*(tools if isinstance(tools, list) else []), _read_tool(max_lines)]
+        return with_thinking_rebound({**body, "tools": tools})
 
     def without_read_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = body.get("tools") or []
@@ -374,3 +370,10 @@ def _content_of_json(raw: bytes) -> list[Any]:
         return []
     content = data.get("content") if isinstance(data, dict) else None
     return content if isinstance(content, list) else []
+
+
+@functools.lru_cache(maxsize=16)
+def _read_tool(max_lines: int) -> dict[str, Any]:
+    """The read tool in the Messages API's shape: one object per setting (``tool_schema``)."""
+    function = tool_schema(max_lines)["function"]
+    return {"name": TOOL_NAME, "description": function["description"], "input_schema": function["parameters"]}

@@ -8,6 +8,7 @@ Responses function tool; a round's reasoning items and read calls go back with t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,10 +120,8 @@ class ResponsesDialect(BaseDialect):
         return counter.count_request(neutral).total
 
     def with_read_tool(self, body: dict[str, Any], max_lines: int) -> dict[str, Any]:
-        schema = tool_schema(max_lines)["function"]
-        tool = {"type": "function", **schema, "strict": False}
         tools = body.get("tools")
-        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+        return {**body, "tools": [*(tools if isinstance(tools, list) else []), _read_tool(max_lines)]}
 
     def without_read_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = [
@@ -236,3 +235,9 @@ def _output_of_json(raw: bytes) -> list[Any]:
         return []
     output = data.get("output") if isinstance(data, dict) else None
     return output if isinstance(output, list) else []
+
+
+@functools.lru_cache(maxsize=16)
+def _read_tool(max_lines: int) -> dict[str, Any]:
+    """The read tool in the Responses API's shape: one object per setting (``tool_schema``)."""
+    return {"type": "function", **tool_schema(max_lines)["function"], "strict": False}
