@@ -74,6 +74,9 @@ class KnownBody:
     # none; None: not known).
     earlier_user: int | None = None
     _last_user: int | None = None
+    # The view's items before the client's own last ones, as last sent for this conversation,
+    # and their JSON (``wire_bytes``): between compaction points, the same objects each time.
+    sent_head: tuple[list[Any], bytes] | None = None
 
     def last_user(self) -> int:
         """The index of the last item that is an object with the role "user" (-1: none). An
@@ -195,6 +198,7 @@ class KnownBodies:
         record = KnownBody(
             body, known.field, ends, items, known.head, list_end, tail, reused=reused, earlier_user=earlier
         )
+        record.sent_head = known.sent_head
         return ParsedBody(data, False, min(reused, known.checked), record), record
 
     def _remember(self, key: bytes, record: KnownBody | None) -> None:

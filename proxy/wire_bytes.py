@@ -7,7 +7,9 @@ recent history from memory that other sessions' requests have long evicted (unde
 40-80 µs for a 50 KB view that encodes in 6 µs warm); the same items' bytes are in the request
 body that has just arrived. So the longest run of the view's last items that are the client's
 own last items (the very objects its body was parsed into, in order) goes out as those bytes,
-one ``orjson.Fragment``, and only what comes before it is encoded.
+one ``orjson.Fragment``. What comes before it (the placeholders, the summary, the client's
+messages between them) is the same objects from one compaction point to the next: its JSON is
+kept with the conversation's record and encoded again only when they change.
 
 Exactness: an object reused from a parse is never changed in place (``proxy/known_bodies.py``),
 so its bytes in the body are a JSON text of exactly its value: the upstream reads the same body
@@ -19,6 +21,7 @@ back and compared with the plain encoding.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,6 +32,7 @@ from proxy.exchange import dump_json
 from proxy.known_bodies import KnownBody
 
 _BLANK_BYTES = b" \t\n\r"
+_COMMA = ord(",")
 # A shorter run is encoded with the rest: a fragment saves nothing on a few hundred bytes.
 MIN_SPLICED_BYTES = 1024
 
@@ -48,13 +52,21 @@ def client_tail(view_items: list[Any], record: KnownBody) -> tuple[int, bytes] |
         client_at += 1
     if client_at >= len(items):
         return None
-    run = record.body[ends[client_at - 1] : record.list_end].strip(_BLANK_BYTES)
-    if not run.startswith(b","):
+    body, start, end = record.body, ends[client_at - 1], record.list_end
+    start = _skip_blanks(body, start, 1)
+    if start >= end or body[start] != _COMMA:
         return None
-    run = run[1:].lstrip(_BLANK_BYTES)
-    if len(run) < MIN_SPLICED_BYTES:
+    start, end = _skip_blanks(body, start + 1, 1), _skip_blanks(body, end - 1, -1) + 1
+    if end - start < MIN_SPLICED_BYTES:
         return None
-    return view_at, run
+    return view_at, body[start:end]  # the one copy of the run
+
+
+def _skip_blanks(body: bytes, at: int, step: int) -> int:
+    """The first offset from ``at`` on (``step`` 1) or back (-1) that is not JSON whitespace."""
+    while 0 <= at < len(body) and body[at] in _BLANK_BYTES:
+        at += step
+    return at
 
 
 def encode_view(body: dict[str, Any], record: KnownBody | None, *, verify: bool = False) -> bytes:
@@ -68,12 +80,29 @@ def encode_view(body: dict[str, Any], record: KnownBody | None, *, verify: bool 
         return dump_json(body)
     start, run = tail
     try:
-        spliced = orjson.dumps({**body, record.field: [*view_items[:start], orjson.Fragment(run)]})
+        head = _head_json(view_items[:start], record)
+        items = [orjson.Fragment(head), orjson.Fragment(run)] if head else [orjson.Fragment(run)]
+        spliced = orjson.dumps({**body, record.field: items})
     except TypeError:  # what only the lenient encoder writes
         return dump_json(body)
     if verify and orjson.loads(spliced) != orjson.loads(dump_json(body)):
         raise AssertionError("a view spliced from the client's bytes differs from its encoding")
     return spliced
+
+
+def _head_json(items: list[Any], record: KnownBody) -> bytes:
+    """The JSON of the view's items before the client's run, between the list's brackets (b""
+    for none): the conversation's last one when they are the very same objects (a compaction
+    point's placeholders and summary, the client's messages between them), else encoded now
+    and kept for the next request. Compared by identity: ``1 == True`` in Python, not in JSON."""
+    if not items:
+        return b""
+    sent = record.sent_head
+    if sent is not None and len(sent[0]) == len(items) and all(map(operator.is_, sent[0], items)):
+        return sent[1]
+    encoded = orjson.dumps(items)[1:-1]
+    record.sent_head = (items, encoded)
+    return encoded
 
 
 def view_encoder(record: KnownBody | None, *, verify: bool = False) -> Callable[[dict[str, Any]], bytes]:

@@ -101,6 +101,34 @@ def test_a_short_run_is_encoded_with_the_rest() -> None:
     assert encode_view(view, record) == dump_json(view)
 
 
+def test_the_head_is_encoded_once_between_compaction_points() -> None:
+    bodies = KnownBodies()
+    data, record = read(bodies, history(6))
+    placeholder = {"role": "user", "content": "[offloaded: handle=out_1]"}
+
+    def view(data: dict[str, Any], keep: int) -> dict[str, Any]:
+        return {**data, "messages": [*data["messages"][:2], placeholder, *data["messages"][-keep:]]}
+
+    first = view(data, 4)
+    encode_view(first, record, verify=True)
+    assert record.sent_head is not None
+    head_json = record.sent_head[1]
+    data, record = read(bodies, history(7))  # the next step: the same head objects, two more items
+    assert record.sent_head is not None and record.sent_head[1] is head_json
+    second = view(data, 6)
+    assert orjson.loads(encode_view(second, record, verify=True)) == orjson.loads(dump_json(second))
+    assert record.sent_head[1] is head_json  # taken as it was
+    # An equal but different object (1 == True in Python, not in JSON) is encoded again.
+    placeholder = {"role": "user", "content": "[offloaded: handle=out_1]", "n": True}
+    first_n = {
+        **second,
+        "messages": [*second["messages"][:2], {**placeholder, "n": 1}, *second["messages"][3:]],
+    }
+    encode_view(first_n, record)
+    true_n = {**second, "messages": [*second["messages"][:2], placeholder, *second["messages"][3:]]}
+    assert orjson.loads(encode_view(true_n, record))["messages"][2]["n"] is True
+
+
 def test_verification_catches_an_item_changed_in_place() -> None:
     data, record = read(KnownBodies(), history(6))
     view = view_of(data, 4)
