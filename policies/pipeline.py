@@ -28,7 +28,7 @@ from policies.facts import StageFacts
 from policies.pins import Pins
 from policies.stages import STAGE_TYPES
 from policies.summarizer import Summarizer
-from policies.tokens import RequestTokens, TokenCounter
+from policies.tokens import REPLY_PRIMING, RequestTokens, TokenCounter
 from policies.traits import PolicyTraits, policy_traits
 from policies.view import Checkpoint, Context, Offload, Stage, View, requested_answer_tokens
 
@@ -199,6 +199,7 @@ class Policy:
         )
         view = _request_view(messages, checkpoint, counted, force=force or prepare)
         apply_checkpoint(view, ctx.digests)
+        _count_from_request(view, ctx, counted)
         for stage in self.stages:
             view = await stage.apply(view, ctx)
         if view.decided:
@@ -270,6 +271,23 @@ def _request_view(
     )
     view._tokens = (view.messages, counted.total)
     return view
+
+
+def _count_from_request(view: View, ctx: Context, counted: RequestTokens) -> None:
+    """The token count of the view the checkpoint made, from the request's: each message it
+    kept is the client's own object, counted already, and only what it put in (placeholders,
+    the summary) is counted. The counter remembers the view's list, so the stages, the read
+    loop and the session's record look its count up instead of walking it again."""
+    original, per_message = view.original, counted.messages
+    if not view.changed or len(per_message) != len(original):
+        return
+    count = ctx.counter.count_message
+    counts = tuple(
+        per_message[o] if o >= 0 and m is original[o] else count(m, ctx.encoding)
+        for m, o in zip(view.messages, view.origin, strict=True)
+    )
+    ctx.counter.remember_list(view.messages, ctx.encoding, counts)
+    view._tokens = (view.messages, sum(counts) + ctx.tools_tokens + REPLY_PRIMING)
 
 
 def _with_compaction_counted(checkpoint: Checkpoint) -> Checkpoint:

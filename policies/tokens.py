@@ -160,6 +160,13 @@ class TokenCounter:
         if self._lists is not None and isinstance(messages, list) and counts:
             self._prefix = (messages, messages[: len(counts)], encoding, tuple(counts))
 
+    def remember_list(self, messages: Sequence[object], encoding: str, counts: tuple[int, ...]) -> None:
+        """In a counter from ``for_request``: ``counts`` are those of ``messages``, one each (a
+        view made of a counted request's messages and a few new ones), so counting that list
+        again, or a copy of it, is a lookup."""
+        if self._lists is not None and len(counts) == len(messages):
+            self._lists[id(messages)] = (list(messages), encoding, counts)
+
     def _with_known_prefix(self, messages: list[object], encoding: str) -> tuple[int, ...] | None:
         prefix = self._prefix
         if prefix is None or prefix[0] is not messages or prefix[2] != encoding:

@@ -166,3 +166,28 @@ def test_a_policys_context_reads_its_stages_once() -> None:
     assert ctx.read_room == policy.stages[-1].read_room(8000) > 0  # type: ignore[attr-defined]
     outcome = asyncio.run(policy.apply(body, counter, window=8000))
     assert outcome.tokens_before > 0
+
+
+def test_a_view_made_from_a_checkpoint_is_counted_from_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a compaction point, each message of the client's the view keeps was counted with
+    the request: the view's count takes it from there (placeholders are counted), exactly."""
+    policy = build_policy("p", "", [{"offload": {"min_tokens": 10, "keep_recent": 2}}])
+    first = asyncio.run(policy.apply({"model": "gpt-4o", "messages": history(8)}, TokenCounter(), force=True))
+    assert first.checkpoint.placeholders
+    body = {"model": "gpt-4o", "messages": history(9)}
+    calls: list[int] = []
+    original = TokenCounter.count_message
+
+    def counting(self: TokenCounter, message: object, encoding: str) -> int:
+        calls.append(id(message))
+        return original(self, message, encoding)
+
+    monkeypatch.setattr(TokenCounter, "count_message", counting)
+    counter = TokenCounter().for_request()
+    outcome = asyncio.run(policy.apply(body, counter, checkpoint=first.checkpoint))
+    monkeypatch.setattr(TokenCounter, "count_message", original)
+    assert outcome.messages is not None and outcome.messages != body["messages"]
+    client = {id(m) for m in body["messages"]}
+    assert all(calls.count(i) == 1 for i in client & set(calls))  # each once, with the request
+    fresh = TokenCounter()
+    assert outcome.tokens_after == fresh.count_request({**body, "messages": outcome.messages}).total
