@@ -42,10 +42,14 @@ class AnswerCapture:
     tool_call: bool = False
 
     def take(self, chunk: bytes) -> None:
-        if len(self.head) < KEEP:
-            self.head += chunk[: KEEP - len(self.head)]
-        else:
-            self.tail += chunk
+        # The first KEEP bytes, and the last KEEP (what does not fit the head goes to the tail,
+        # so an answer written in one piece keeps its end: the usage).
+        room = KEEP - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+        rest = chunk[room:] if room > 0 else chunk
+        if rest:
+            self.tail += rest
             if len(self.tail) > 2 * KEEP:
                 del self.tail[:-KEEP]
         if not self.tool_call and self.tool_marker in chunk:

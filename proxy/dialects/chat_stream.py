@@ -252,18 +252,16 @@ class ChatStream:
         return kept
 
     async def finish(self, total_usage: dict[str, int]) -> None:
-        # Everything held goes out in one write (100,000 held argument deltas are one send).
-        self.writer.hold_writes()
-        # The held preamble goes first (``_relay`` sends it before any event), then held text.
-        for event in (*self._text_held, *self._without_internal(), *self.closing):
-            await self._relay(event)
-        for early in self.preamble:
-            await self.writer.write(early + b"\n\n")
+        # Everything held goes out in one write (100,000 held argument deltas are one send):
+        # the held preamble first (as ``_relay`` sends it before any event), held text, the
+        # calls, the closing chunk, the usage summed over the rounds, and the end.
+        events = [*self.preamble, *self._text_held, *self._without_internal(), *self.closing]
         self.preamble = []
         if self._usage_event is not None:
             self._usage_event["usage"] = {**self._usage_event["usage"], **total_usage}
-            await self._relay(b"data: " + orjson.dumps(self._usage_event))
-        await self.writer.finish(b"data: [DONE]\n\n")
+            events.append(b"data: " + orjson.dumps(self._usage_event))
+        events.append(b"data: [DONE]")
+        await self.writer.finish(b"\n\n".join(events) + b"\n\n")
 
 
 def message_from_json(raw: bytes) -> Any:

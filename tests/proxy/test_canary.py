@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from proxy.canary import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
-from proxy.canary_outcome import AnswerCapture, is_context_error, repeated_calls, usage_objects
+from proxy.canary_outcome import KEEP, AnswerCapture, is_context_error, repeated_calls, usage_objects
 from proxy.canary_stats import mean_difference, share_difference, wilson
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.chat import ChatDialect
@@ -160,3 +160,12 @@ async def test_a_request_is_placed_by_its_session_and_paused_sessions_keep_their
     assert held.dialect_notes["agent_compaction"] == {"agent": "claude-code"}
     # No session id and no readable body: the holdout.
     assert await place_in_arm(arms, exchange(), [], "t", None, b'"tool_calls"') == "holdout"
+
+
+def test_an_answer_written_in_one_piece_keeps_its_end() -> None:
+    """A held stream goes to the client in one write: what does not fit the head is the tail."""
+    end = b'data: {"usage":{"prompt_tokens":7}}\n\ndata: [DONE]\n\n'
+    capture = AnswerCapture(b'"tool_calls"')
+    capture.take(b"data: " + b"x" * (KEEP + 500) + b"\n\n" + end)
+    assert capture.raw().endswith(end)
+    assert usage_objects(capture.raw()) == [{"prompt_tokens": 7}]
