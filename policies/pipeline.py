@@ -121,22 +121,26 @@ def apply_checkpoint(view: View, digests: Digests) -> None:
         head_origin.insert(insert_at, -1)
     if not head and not checkpoint.placeholders and not checkpoint.dropped:
         return
-    messages, origin = head, head_origin
+    # Every message from ``start`` on goes as it is (copied as a list, not visited) unless the
+    # checkpoint decided about it: only those are looked at, digested, replaced or dropped.
+    messages, origin = [*head, *original[start:]], [*head_origin, *range(start, len(original))]
+    shift = len(head) - start
     decided = _decided_indices(checkpoint)
-    for index in range(start, len(original)):
+    candidates = range(start, len(original)) if decided is None else sorted(decided)
+    dropped: list[int] = []
+    for index in candidates:
+        if not start <= index < len(original):
+            continue
         message = original[index]
         # A junk entry (null, a string) is never one the checkpoint replaced: it goes as it is.
-        if (
-            (decided is None or index in decided)
-            and isinstance(message, dict)
-            and message.get("role") in ("tool", "user", "assistant")
-        ):
+        if isinstance(message, dict) and message.get("role") in ("tool", "user", "assistant"):
             digest = digests.at(index, message)
             if digest in checkpoint.dropped:
-                continue
-            message = checkpoint.placeholders.get(digest, message)
-        messages.append(message)
-        origin.append(index)
+                dropped.append(index + shift)
+            else:
+                messages[index + shift] = checkpoint.placeholders.get(digest, message)
+    for position in reversed(dropped):
+        del messages[position], origin[position]
     view.messages, view.origin = messages, origin
     view.changed = messages != list(original)
     if view.changed:
