@@ -235,6 +235,9 @@ def _compressed_view(outcome: PolicyOutcome) -> str | None:
     return None
 
 
+QueueEvent = Callable[[str, str, dict[str, Any], "CheckpointState | None"], "asyncio.Future[None]"]
+
+
 class EventSink:
     """Writes events in the background: to the store, and to a JSON-lines file if set. Each
     write fails alone (a full disk under the file still leaves the event in the store, and the
@@ -253,15 +256,34 @@ class EventSink:
         self.path = Path(jsonl_path) if jsonl_path else None
         self.log = logger or structlog.get_logger("compaction_proxy")
         self.on_failure = on_failure or (lambda: None)
-        self.pending: set[asyncio.Task[None]] = set()
+        self.pending: set[asyncio.Future[None]] = set()
         self._file_lock = threading.Lock()  # one append at a time: a rollback cuts only its own
+        # A store that batches events takes one without a task of its own per event.
+        self._queue: QueueEvent | None = getattr(store, "queue_event", None)
 
     def emit(self, event: Mapping[str, Any], checkpoint: CheckpointState | None = None) -> None:
         """Write ``event`` in the background; ``checkpoint``: the state its checkpoint was
         made from, for a store that keeps each template once (the file gets it whole)."""
-        task = asyncio.create_task(self._write(dict(event), checkpoint))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
+        if self._queue is not None and self.path is None:
+            try:
+                written = self._queue(event["tenant"], event["session"], dict(event), checkpoint)
+            except Exception as exc:  # an event lost is logged, never a failed request
+                self._failed("store", exc)
+                return
+            written.add_done_callback(self._batch_written)  # once per event: each failure counts
+            self._wait_for(written)
+            return
+        self._wait_for(asyncio.ensure_future(self._write(dict(event), checkpoint)))
+
+    def _wait_for(self, future: asyncio.Future[None]) -> None:
+        if future not in self.pending:
+            self.pending.add(future)
+            future.add_done_callback(self.pending.discard)
+
+    def _batch_written(self, written: asyncio.Future[None]) -> None:
+        error = None if written.cancelled() else written.exception()
+        if isinstance(error, Exception):  # a cancelled write (shutdown) is not a failure
+            self._failed("store", error)
 
     async def _write(self, event: dict[str, Any], checkpoint: CheckpointState | None) -> None:
         try:

@@ -263,10 +263,14 @@ class SQLiteStore:
     async def add_event(
         self, tenant: str, session: str, event: dict[str, Any], checkpoint: CheckpointState | None = None
     ) -> None:
-        """Events are written in batches: one transaction (and one hop to the store's thread)
-        for every event that arrived within ``event_linger`` of the batch's first or while the
-        previous batch was being written. Returns once this event is in the database. Given
-        its ``checkpoint`` state, the event refers to the template (``TemplateWrites``)."""
+        await asyncio.shield(self.queue_event(tenant, session, event, checkpoint))  # once written
+
+    def queue_event(
+        self, tenant: str, session: str, event: dict[str, Any], checkpoint: CheckpointState | None = None
+    ) -> asyncio.Future[None]:
+        """Events are written in batches: one transaction (one hop to the store's thread) for the
+        events within ``event_linger`` of the batch's first or while the previous one was written.
+        The batch's future is returned. Given its ``checkpoint``, the event refers to the template."""
         template = None
         if checkpoint is None:
             data = msgspec.json.encode(event)
@@ -279,7 +283,7 @@ class SQLiteStore:
         if batch is None or batch.taken:
             batch = self._event_batch = _EventBatch()
             batch.written = asyncio.ensure_future(self._write_batch(batch))
-        await asyncio.shield(batch.written)
+        return batch.written
 
     async def _write_batch(self, batch: _EventBatch) -> None:
         if self.event_linger > 0:
