@@ -44,10 +44,9 @@ class AnswerCapture:
     def take(self, chunk: bytes) -> None:
         # The first KEEP bytes, and the last KEEP (what does not fit the head goes to the tail,
         # so an answer written in one piece keeps its end: the usage).
-        room = KEEP - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-        rest = chunk[room:] if room > 0 else chunk
+        room = max(0, KEEP - len(self.head))
+        self.head += chunk[:room]
+        rest = chunk[room:]
         if rest:
             self.tail += rest
             if len(self.tail) > 2 * KEEP:

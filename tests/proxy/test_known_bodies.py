@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import orjson
@@ -11,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.known_bodies import KnownBodies, common_prefix
+from tests.proxy.json_styles import STYLES, dump
 
 _SCALARS = st.one_of(
     st.none(),
@@ -27,17 +27,6 @@ _VALUES = st.recursive(
     ),
     max_leaves=8,
 )
-_FORMATS = st.sampled_from(["orjson", "spaced", "indented", "ascii"])
-
-
-def dump(value: Any, style: str) -> bytes:
-    if style == "orjson":
-        return orjson.dumps(value)
-    if style == "spaced":
-        return json.dumps(value, ensure_ascii=False).encode()
-    if style == "indented":
-        return json.dumps(value, indent=1, ensure_ascii=False).encode()
-    return json.dumps(value).encode()
 
 
 def body(head: dict[str, Any], items: list[Any], tail: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +61,7 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @settings(max_examples=400)
-@given(conversations(), _FORMATS)
+@given(conversations(), STYLES)
 def test_every_body_reads_as_its_whole_parse(bodies: list[dict[str, Any]], style: str) -> None:
     known = KnownBodies()
     for value in bodies:

@@ -14,18 +14,7 @@ from hypothesis import strategies as st
 from proxy.exchange import dump_json
 from proxy.known_bodies import KnownBodies, KnownBody
 from proxy.wire_bytes import MIN_SPLICED_BYTES, client_tail, encode_view
-
-_STYLES = st.sampled_from(["orjson", "spaced", "indented", "ascii"])
-
-
-def dump(value: Any, style: str) -> bytes:
-    if style == "orjson":
-        return orjson.dumps(value)
-    if style == "spaced":
-        return json.dumps(value, ensure_ascii=False).encode()
-    if style == "indented":
-        return json.dumps(value, indent=1, ensure_ascii=False).encode()
-    return json.dumps(value).encode()
+from tests.proxy.json_styles import STYLES, dump
 
 
 def step(i: int, text: str = "x") -> list[dict[str, Any]]:
@@ -141,8 +130,8 @@ def test_verification_catches_an_item_changed_in_place() -> None:
 @given(
     steps=st.lists(st.integers(1, 3), min_size=1, max_size=5),
     keep=st.integers(0, 12),
-    first=_STYLES,
-    later=_STYLES,
+    first=STYLES,
+    later=STYLES,
 )
 def test_any_spliced_view_is_the_view(steps: list[int], keep: int, first: str, later: str) -> None:
     """Bodies growing by runs of steps in any JSON style; a view keeping any number of the last
