@@ -25,7 +25,7 @@ from policies.conversation import parse, role
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, build_policies
 from policies.tokens import TokenCounter
-from proxy.settings import Settings, policy_specs
+from proxy.config.settings import Settings, policy_specs
 from replay.rows import iter_rows, row_messages, row_tools
 
 

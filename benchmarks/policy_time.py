@@ -27,7 +27,7 @@ import bodies
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, build_policies
 from policies.tokens import TokenCounter
-from proxy.settings import Settings, policy_specs
+from proxy.config.settings import Settings, policy_specs
 
 BANDS = ((0, 30_000), (30_000, 60_000), (60_000, 90_000), (90_000, 130_000))
 

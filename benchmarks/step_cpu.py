@@ -67,8 +67,8 @@ async def measure(sessions: int, steps: int, policy: str) -> float:
     from load import output_text
 
     from proxy.app import create_app
-    from proxy.logs import configure_logging
-    from proxy.settings import load_settings
+    from proxy.config.settings import load_settings
+    from proxy.telemetry.logs import configure_logging
 
     try:
         from proxy.serving import tune_gc

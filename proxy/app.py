@@ -15,20 +15,16 @@ from litestar.exceptions import NotFoundException
 
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
-from proxy.api_docs import openapi_config
-from proxy.canary_runtime import CanaryArms, CanaryJudge, CanaryPrices, CanaryRecord
-from proxy.canary_store import make_canary_book
-from proxy.compaction import CompactionService
-from proxy.control import control_routes, not_found
+from proxy.canary.runtime import CanaryArms, CanaryJudge, CanaryPrices, CanaryRecord
+from proxy.canary.store import make_canary_book
+from proxy.config.settings import Settings, policy_specs
 from proxy.dialects import DOORS, Dialect, make_dialects
-from proxy.edge import Edge, Receive, Scope, Send
-from proxy.events import EventSink, config_hash
-from proxy.hidden_rounds import HiddenRounds
-from proxy.large_requests import LargeRequests
+from proxy.dialects.hidden_rounds import HiddenRounds
+from proxy.edge.api_docs import openapi_config
+from proxy.edge.control import control_routes, not_found
+from proxy.edge.v1 import Edge, Receive, Scope, Send
 from proxy.lifecycle import Lifecycle, package_version
-from proxy.loop_runner import LoopRunner
-from proxy.metrics import Metrics
-from proxy.observers import (
+from proxy.observe.observers import (
     AccessLog,
     CompactionRecord,
     Finisher,
@@ -36,21 +32,25 @@ from proxy.observers import (
     RequestMetrics,
     TokenCalibration,
 )
-from proxy.otel_export import SpanExport
-from proxy.prepared import make_prepared
-from proxy.providers import make_providers
-from proxy.read_loop import LoopLimits
-from proxy.read_tool import ReadLimits, tool_schema
-from proxy.route import CompactingRoute
-from proxy.sessions import MemorySessions
-from proxy.settings import Settings, policy_specs
-from proxy.shadow import ShadowComparer
-from proxy.store import Store
-from proxy.store_factory import make_store
-from proxy.summarizer import OpenAISummarizer
-from proxy.token_factors import ScaledWindows, TokenFactors
-from proxy.tracing import TraceExport, Tracer, TracingSettings
-from proxy.upstream import Upstream
+from proxy.observe.otel_export import SpanExport
+from proxy.read_loop.loop import LoopLimits
+from proxy.read_loop.runner import LoopRunner
+from proxy.read_tool.tool import ReadLimits, tool_schema
+from proxy.route.compaction import CompactionService
+from proxy.route.large_requests import LargeRequests
+from proxy.route.steps import CompactingRoute
+from proxy.state.sessions import MemorySessions
+from proxy.state.store import Store
+from proxy.state.store_factory import make_store
+from proxy.state.token_factors import ScaledWindows, TokenFactors
+from proxy.summaries.prepared import make_prepared
+from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.events import EventSink, config_hash
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.shadow import ShadowComparer
+from proxy.telemetry.tracing import TraceExport, Tracer, TracingSettings
+from proxy.upstream.pool import Upstream
+from proxy.upstream.providers import make_providers
 
 
 @dataclass

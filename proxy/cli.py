@@ -16,10 +16,11 @@ import orjson
 import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
-from proxy.config_merge import policy_origins
-from proxy.model_coverage import uncovered_models
-from proxy.preflight import PreflightError, healthcheck, preflight
-from proxy.settings import (
+from proxy.commands.model_coverage import uncovered_models
+from proxy.commands.preflight import PreflightError, healthcheck, preflight
+from proxy.commands.wrap import run_wrapped
+from proxy.config.merge import policy_origins
+from proxy.config.settings import (
     ENV_CONFIG,
     ConfigError,
     Settings,
@@ -28,7 +29,6 @@ from proxy.settings import (
     policy_specs,
     to_builtins,
 )
-from proxy.wrap import run_wrapped
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -66,7 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
         target: Any = "proxy.serving:app_from_environment"
     else:
         from proxy.app import create_app
-        from proxy.logs import configure_logging
+        from proxy.telemetry.logs import configure_logging
 
         configure_logging(settings.logging.level, settings.logging.format)
         target = create_app(settings)
@@ -145,16 +145,16 @@ def _healthcheck(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from proxy.events_cli import run_events
-    from proxy.store_factory import make_store
+    from proxy.commands.events import run_events
+    from proxy.state.store_factory import make_store
 
     settings = _load(args)
     return run_events(args, settings, make_store(settings))
 
 
 def _canary(args: argparse.Namespace) -> int:
-    from proxy.canary_cli import run_canary
-    from proxy.store_factory import make_store
+    from proxy.commands.canary import run_canary
+    from proxy.state.store_factory import make_store
 
     settings = _load(args)
     return run_canary(args, settings, make_store(settings))

@@ -10,9 +10,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxy.memory import malloc_trim, trim_forever
-from proxy.settings import Settings
-from proxy.store_factory import describe_store
+from proxy.config.settings import Settings
+from proxy.state.memory import malloc_trim, trim_forever
+from proxy.state.store_factory import describe_store
 
 if TYPE_CHECKING:  # the factory's graph, built in proxy/app.py, which imports this module
     from proxy.app import AppParts

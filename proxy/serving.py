@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from proxy.app import ProxyApp, create_app
-from proxy.logs import configure_logging
-from proxy.settings import Settings, load_settings
+from proxy.config.settings import Settings, load_settings
+from proxy.telemetry.logs import configure_logging
 
 
 def http_protocol(settings: Settings) -> Any:
@@ -22,7 +22,7 @@ def http_protocol(settings: Settings) -> Any:
     missing: it bounds the headers' size only)."""
     if not importlib.util.find_spec("httptools"):
         return "h11"
-    from proxy.server_protocol import LimitedHttpToolsProtocol
+    from proxy.edge.server_protocol import LimitedHttpToolsProtocol
 
     server = settings.server
     LimitedHttpToolsProtocol.configure(

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.settings import Settings, to_builtins
+from proxy.config.settings import Settings, to_builtins
 from replay.config import ReplayConfig
 
 

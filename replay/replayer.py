@@ -23,10 +23,10 @@ import msgspec
 import orjson
 
 from policies.conversation import Message
-from proxy.sessions import tenant_of
-from proxy.settings import Settings, load_settings
-from proxy.store import Store
-from proxy.store_factory import make_store
+from proxy.config.settings import Settings, load_settings
+from proxy.state.sessions import tenant_of
+from proxy.state.store import Store
+from proxy.state.store_factory import make_store
 from replay.answers import AnswerRun, answer_question
 from replay.cases import Case
 from replay.config import ReplayConfig

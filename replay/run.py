@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from proxy.settings import Settings
+from proxy.config.settings import Settings
 from replay.jobs import WorkerFailed, replay_in_workers
 from replay.loading import Loaded, load_cases
 from replay.parts import PART_VERSION, CasePart, WorkItem, part_key, part_path, read_part

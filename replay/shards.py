@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from proxy.settings import Settings
+from proxy.config.settings import Settings
 from replay.config import ReplayConfig, config_builtins
 from replay.loading import Loaded
 from replay.proxy_process import replay_proxy_config

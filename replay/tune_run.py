@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 from replay.config import Gate, load_replay_config
 from replay.gate import evaluate_gate
 from replay.run import RunOptions, run_replay

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from proxy.metrics import Metrics
+from proxy.telemetry.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

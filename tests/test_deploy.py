@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 

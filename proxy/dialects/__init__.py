@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
 from proxy.dialects.chat import ChatDialect
+from proxy.dialects.hidden_rounds import HiddenRounds
 from proxy.dialects.responses import ResponsesDialect
-from proxy.hidden_rounds import HiddenRounds
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,18 +30,18 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
-from proxy.canary import Usage
+from proxy.canary.gate import Usage
 from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_request, breakpoint_blocks
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
 from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, int_field
-from proxy.errors import ProxyError
-from proxy.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
-from proxy.read_tool import TOOL_NAME, tool_schema
-from proxy.response_writer import ResponseWriter
-from proxy.shadow import FINAL_ANSWER, decision_signature
-from proxy.sse_framer import event_data, recorded_events
+from proxy.dialects.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
+from proxy.read_tool.tool import TOOL_NAME, tool_schema
+from proxy.telemetry.shadow import FINAL_ANSWER, decision_signature
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import event_data, recorded_events
 
 # The prompt side of a round's usage: an answer reports the context it was produced in.
 _PROMPT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

@@ -33,9 +33,9 @@ from typing import Any
 import orjson
 
 from proxy.dialects.held_parts import HeldParts
-from proxy.errors import ProxyError, anthropic_error_body
-from proxy.response_writer import ResponseWriter
-from proxy.sse_framer import event_data, recorded_events, typed_event
+from proxy.wire.errors import ProxyError, anthropic_error_body
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import event_data, recorded_events, typed_event
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _HELD_WITH_NEXT = frozenset({"thinking", "redacted_thinking"})

@@ -19,9 +19,9 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
-from proxy.canary import Usage
-from proxy.errors import ProxyError
-from proxy.response_writer import ResponseWriter
+from proxy.canary.gate import Usage
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
 
 Headers = list[tuple[bytes, bytes]]
 

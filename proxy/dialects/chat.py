@@ -19,9 +19,9 @@ from policies.pipeline import requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, BaseDialect, Parsed
 from proxy.dialects.chat_stream import ChatStream, chat_decision
-from proxy.errors import ProxyError
-from proxy.read_tool import TOOL_NAME, tool_schema
-from proxy.response_writer import ResponseWriter, chat_error_event
+from proxy.read_tool.tool import TOOL_NAME, tool_schema
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter, chat_error_event
 
 
 def is_read_call(call: Any) -> bool:

@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 
 from proxy.dialects.base import HELD_TEXT_CHARS
-from proxy.read_tool import TOOL_NAME
-from proxy.response_writer import ResponseWriter
-from proxy.shadow import decision_signature
-from proxy.sse_framer import event_data
+from proxy.read_tool.tool import TOOL_NAME
+from proxy.telemetry.shadow import decision_signature
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import event_data
 
 _NOT_PLAIN_TEXT = (b'"tool_calls"', b'"usage"', b'"error"', b'"function_call"')
 

@@ -33,10 +33,10 @@ from proxy.dialects.responses_items import (
     text_of,
 )
 from proxy.dialects.responses_stream import ResponsesStream, error_event
-from proxy.errors import ProxyError
-from proxy.read_tool import TOOL_NAME, tool_schema
-from proxy.response_writer import ResponseWriter
-from proxy.shadow import FINAL_ANSWER, decision_signature
+from proxy.read_tool.tool import TOOL_NAME, tool_schema
+from proxy.telemetry.shadow import FINAL_ANSWER, decision_signature
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
 
 
 class ResponsesDialect(BaseDialect):

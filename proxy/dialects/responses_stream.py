@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 
 from proxy.dialects.held_parts import HeldParts
-from proxy.errors import ProxyError
-from proxy.response_writer import ResponseWriter
-from proxy.sse_framer import event_data, recorded_events, typed_event
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import event_data, recorded_events, typed_event
 
 _ROUND_EVENTS = frozenset({"response.created", "response.in_progress"})
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})

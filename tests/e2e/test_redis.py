@@ -12,9 +12,9 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
-from proxy.read_answers import read_saved_output
-from proxy.read_loop import LoopLimits
-from proxy.store_redis import RedisStore
+from proxy.read_loop.answers import read_saved_output
+from proxy.read_loop.loop import LoopLimits
+from proxy.state.redis_store import RedisStore
 from tests.e2e.test_read_tool_output import history, last_tool_result, read_first_handle
 from tests.fake_upstream import FakeUpstream, Reply, completion
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 import yaml
 
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 from tests.e2e.test_replay import SAMPLE, replay
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from policies.conversation import role
 from policies.handles import PATTERN
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policies
 from policies.tokens import TokenCounter
-from proxy.settings import Settings, policy_specs
+from proxy.config.settings import Settings, policy_specs
 from tests.policies.conversations import conversation
 from tests.policies.test_policy_properties import check_view
 

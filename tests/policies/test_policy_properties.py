@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from policies.conversation import parse, role
 from policies.pipeline import Checkpoint, Policy, build_policies
 from policies.tokens import TokenCounter
-from proxy.settings import Settings, policy_specs
+from proxy.config.settings import Settings, policy_specs
 from tests.policies.conversations import conversation
 
 COUNTER = TokenCounter()

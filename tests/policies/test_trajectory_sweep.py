@@ -13,7 +13,7 @@ import pytest
 from policies.conversation import parse, role
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
-from proxy.settings import Settings, policy_specs
+from proxy.config.settings import Settings, policy_specs
 from replay.rows import iter_rows, row_messages, row_tools
 
 ROOT = Path(__file__).resolve().parents[2]

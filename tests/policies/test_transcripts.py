@@ -19,7 +19,7 @@ from policies.ledger_records import TranscriptRecord, render_transcripts
 from policies.pipeline import Checkpoint, Offload, PolicyOutcome, build_policy
 from policies.tokens import TokenCounter
 from policies.transcript import TRANSCRIPT_HEADER, build_transcript
-from proxy.store import decode_checkpoint, encode_checkpoint
+from proxy.state.store import decode_checkpoint, encode_checkpoint
 
 COUNTER = TokenCounter()
 WINDOW = 8_000

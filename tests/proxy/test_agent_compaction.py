@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import proxy.route
-from proxy.agent_compaction import agent_compaction
+import proxy.route.steps
 from proxy.app import create_app
-from proxy.known_bodies import KnownBodies
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
+from proxy.dialects.agent_compaction import agent_compaction
+from proxy.route.known_bodies import KnownBodies
 
 PROMPT = "Your task is to create a detailed summary of the conversation so far."
 ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
@@ -78,13 +78,13 @@ async def test_the_chat_door_recognizes_a_compaction_request_from_what_it_knew(
     message, then a step after it and a new instruction. The route passes what the body reader
     knew of the last user message (not scanning the history), and decides as before."""
     hints: list[int | None] = []
-    decide = proxy.route.agent_compaction
+    decide = proxy.route.steps.agent_compaction
 
     def spied(headers: Any, messages: Any, last_user: int | None = None) -> str | None:
         hints.append(last_user)
         return decide(headers, messages, last_user)
 
-    monkeypatch.setattr(proxy.route, "agent_compaction", spied)
+    monkeypatch.setattr(proxy.route.steps, "agent_compaction", spied)
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
     upstream = httpx.MockTransport(lambda request: httpx.Response(200, json=answer))
     messages: list[Any] = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from policies.conversation import role
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
+from proxy.config.settings import Settings, policy_specs
 from proxy.dialects.anthropic import AnthropicDialect, breakpoints
 from proxy.dialects.anthropic_messages import OPENING
-from proxy.settings import Settings, policy_specs
 from replay.doors import request
 from replay.rows import iter_rows, row_messages, row_tools
 from tests.anthropic_protocol import problems, signatures

@@ -13,9 +13,9 @@ import orjson
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.anthropic_stream import AnthropicStream
 from proxy.dialects.base import NOT_RUN, Answer
-from proxy.hidden_rounds import HiddenRounds
-from proxy.response_writer import ResponseWriter
-from proxy.store import SQLiteStore
+from proxy.dialects.hidden_rounds import HiddenRounds
+from proxy.state.store import SQLiteStore
+from proxy.wire.response_writer import ResponseWriter
 
 DIALECT = AnthropicDialect()
 

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.api_docs import render_page
 from proxy.app import create_app, package_version
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
+from proxy.edge.api_docs import render_page
 
 CDN_HOSTS = ("cdn.jsdelivr.net", "fonts.googleapis.com", "unpkg.com", "cdnjs.cloudflare.com")
 # Every src=/href=/action= value and CSS url(...)/@import in the page.

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.builtin_transport import BuiltinTransport
+from proxy.upstream.builtin_transport import BuiltinTransport
 from tests.needs import service_binary
 
 TIMEOUTS = {"connect": 2.0, "read": 2.0, "pool": 2.0, "write": 2.0}

@@ -6,9 +6,9 @@ from typing import Any
 
 import orjson
 
-from proxy.canary import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
-from proxy.canary_outcome import KEEP, AnswerCapture, is_context_error, repeated_calls, usage_objects
-from proxy.canary_stats import mean_difference, share_difference, wilson
+from proxy.canary.gate import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
+from proxy.canary.outcome import KEEP, AnswerCapture, is_context_error, repeated_calls, usage_objects
+from proxy.canary.stats import mean_difference, share_difference, wilson
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.chat import ChatDialect
 from proxy.dialects.responses import ResponsesDialect
@@ -130,9 +130,9 @@ class _Book:
 
 
 async def test_a_request_is_placed_by_its_session_and_paused_sessions_keep_their_arm() -> None:
-    from proxy.canary import CanarySettings
-    from proxy.canary_runtime import CanaryArms, place_in_arm
-    from proxy.exchange import Exchange
+    from proxy.canary.gate import CanarySettings
+    from proxy.canary.runtime import CanaryArms, place_in_arm
+    from proxy.telemetry.exchange import Exchange
 
     def exchange() -> Exchange:
         return Exchange(request_id="r", route="chat", method="POST", started=0.0)

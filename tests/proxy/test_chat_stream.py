@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from proxy.dialects.chat_stream import ChatStream
-from proxy.response_writer import ResponseWriter
-from proxy.sse_framer import SSEFramer
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import SSEFramer
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

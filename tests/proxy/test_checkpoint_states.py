@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 
 from policies.pipeline import Checkpoint
-from proxy.checkpoint_states import STATE_REFRESH_SECONDS, TemplateWrites, by_reference, expand
-from proxy.events import CheckpointJson
-from proxy.store import SQLiteStore, encode_checkpoint
+from proxy.state.checkpoint_states import STATE_REFRESH_SECONDS, TemplateWrites, by_reference, expand
+from proxy.state.store import SQLiteStore, encode_checkpoint
+from proxy.telemetry.events import CheckpointJson
 
 CHECKPOINT = Checkpoint(placeholders={"3:ab": {"role": "tool", "content": "saved output " * 300}})
 

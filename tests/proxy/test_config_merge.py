@@ -11,7 +11,7 @@ from policies.pipeline import build_policies
 from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS, ContextWindows
 from proxy.cli import main
-from proxy.settings import ConfigError, load_settings, policy_specs
+from proxy.config.settings import ConfigError, load_settings, policy_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT_IN = {

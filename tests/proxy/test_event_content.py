@@ -10,8 +10,8 @@ import pytest
 
 from policies.pipeline import Checkpoint, build_policy
 from policies.tokens import TokenCounter
-from proxy.events import SCHEMA_VERSION, CheckpointJson, build_event, new_event_id
-from proxy.store import encode_checkpoint
+from proxy.state.store import encode_checkpoint
+from proxy.telemetry.events import SCHEMA_VERSION, CheckpointJson, build_event, new_event_id
 from tests.policies.test_mechanisms import IMPROVED, SYSTEM, TASK, figure_5, step, words
 
 COUNTER = TokenCounter()

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.events import EventSink
+from proxy.telemetry.events import EventSink
 
 
 class Store:

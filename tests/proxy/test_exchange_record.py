@@ -10,7 +10,7 @@ import pytest
 
 from policies.facts import StageFacts
 from policies.pipeline import Checkpoint, Offload, PolicyOutcome
-from proxy.exchange import Exchange, SealedExchange, kept_for_event
+from proxy.telemetry.exchange import Exchange, SealedExchange, kept_for_event
 
 
 def test_a_sealed_exchange_reads_as_before_and_refuses_writes() -> None:

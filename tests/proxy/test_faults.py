@@ -12,8 +12,8 @@ import orjson
 
 from policies.pipeline import Checkpoint
 from proxy.app import create_app
-from proxy.settings import load_settings
-from proxy.store import SQLiteStore
+from proxy.config.settings import load_settings
+from proxy.state.store import SQLiteStore
 
 
 class BrokenStore(SQLiteStore):

@@ -10,7 +10,9 @@ import pytest
 import respx
 
 from proxy.app import create_app
-from proxy.forwarding import (
+from proxy.config.settings import load_settings
+from proxy.upstream.providers import anthropic_base, make_providers
+from proxy.wire.forwarding import (
     UnsafePath,
     UpstreamBase,
     client_response_headers,
@@ -18,8 +20,6 @@ from proxy.forwarding import (
     upstream_request_headers,
     upstream_url,
 )
-from proxy.providers import anthropic_base, make_providers
-from proxy.settings import load_settings
 
 UPSTREAM = "http://upstream.test/v1"
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.app import create_app
-from proxy.settings import Settings, load_settings, policy_specs
-from proxy.store import SQLiteStore
+from proxy.config.settings import Settings, load_settings, policy_specs
+from proxy.state.store import SQLiteStore
 
 POLICIES = sorted(policy_specs(Settings()))
 scalars = (

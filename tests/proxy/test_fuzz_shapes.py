@@ -23,8 +23,8 @@ from policies.digests import Digests
 from policies.pipeline import Checkpoint, build_policies
 from policies.tokens import TokenCounter
 from proxy.app import create_app
-from proxy.settings import Settings, load_settings, policy_specs
-from proxy.store import SQLiteStore
+from proxy.config.settings import Settings, load_settings, policy_specs
+from proxy.state.store import SQLiteStore
 
 POLICIES = sorted(policy_specs(Settings()))
 BUILT = build_policies(policy_specs(Settings()))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.known_bodies import KnownBodies, common_prefix
+from proxy.route.known_bodies import KnownBodies, common_prefix
 from tests.proxy.json_styles import STYLES, dump
 
 _SCALARS = st.one_of(

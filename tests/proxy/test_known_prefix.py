@@ -12,7 +12,7 @@ from policies.builtin_policies import builtin_policy_table
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, build_policies
 from policies.tokens import TokenCounter
-from proxy.known_prefix import KnownPrefixes
+from proxy.route.known_prefix import KnownPrefixes
 from replay.cases import Case, build_case
 from replay.rows import iter_rows
 

@@ -19,9 +19,9 @@ import pytest
 
 from proxy import lifecycle
 from proxy.app import create_app
-from proxy.memory import malloc_trim
-from proxy.settings import load_settings
-from proxy.upstream import Upstream
+from proxy.config.settings import load_settings
+from proxy.state.memory import malloc_trim
+from proxy.upstream.pool import Upstream
 
 MARK = "retention-probe-"
 

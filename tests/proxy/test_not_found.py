@@ -10,7 +10,7 @@ import httpx
 import orjson
 
 from proxy.app import create_app
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 
 
 def ask(tmp_path: Path, method: str, path: str, headers: dict[str, str] | None = None) -> httpx.Response:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.preflight import check_state_dir, redact_url
-from proxy.sessions import explicit_session
-from proxy.store import SQLiteStore
+from proxy.commands.preflight import check_state_dir, redact_url
+from proxy.state.sessions import explicit_session
+from proxy.state.store import SQLiteStore
 from tests.fake_upstream import free_port
 
 

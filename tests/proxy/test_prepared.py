@@ -6,7 +6,7 @@ import asyncio
 
 from policies.ledger import CommandRecord, FileRecord, Ledger
 from policies.summarizer import SummaryRequest, SummaryResult
-from proxy.prepared import NeverWaiting, Prepared, PreparedSummaries, check
+from proxy.summaries.prepared import NeverWaiting, Prepared, PreparedSummaries, check
 
 LEDGER = Ledger(
     goal="Fix the parser in src/parser.py",

@@ -16,10 +16,10 @@ from policies.pipeline import Offload
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_answers import read_saved_output, run_reads
-from proxy.read_loop import Command, LoopLimits, Read, ReadLoop, Send
-from proxy.read_tool import ReadArguments, ReadLimits, render
-from proxy.store import SQLiteStore
+from proxy.read_loop.answers import read_saved_output, run_reads
+from proxy.read_loop.loop import Command, LoopLimits, Read, ReadLoop, Send
+from proxy.read_tool.tool import ReadArguments, ReadLimits, render
+from proxy.state.store import SQLiteStore
 
 COUNTER = TokenCounter()
 TENANT = "t_reader"

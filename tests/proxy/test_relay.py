@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from proxy.builtin_transport import BuiltinTransport
-from proxy.exchange import Exchange
-from proxy.metrics import Metrics
-from proxy.relay import relay
-from proxy.settings import UpstreamSettings
-from proxy.upstream import Upstream
+from proxy.config.settings import UpstreamSettings
+from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.metrics import Metrics
+from proxy.upstream.builtin_transport import BuiltinTransport
+from proxy.upstream.pool import Upstream
+from proxy.upstream.relay import relay
 from tests.proxy.test_builtin_transport import Answer, serving
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

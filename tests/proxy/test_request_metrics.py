@@ -6,9 +6,9 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Exchange
-from proxy.metrics import Metrics
-from proxy.observers import RequestMetrics
+from proxy.observe.observers import RequestMetrics
+from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.metrics import Metrics
 
 
 def answered(status: int, policy: str, before: int, after: int) -> Exchange:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from proxy.response_writer import ResponseWriter
+from proxy.wire.response_writer import ResponseWriter
 
 
 def _run(steps: Any) -> list[dict[str, Any]]:

@@ -15,11 +15,11 @@ import pytest
 from policies.conversation import parse
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
+from proxy.config.settings import Settings, policy_specs
 from proxy.dialects.base import NOT_RUN, Answer
 from proxy.dialects.responses import ResponsesDialect
-from proxy.errors import ProxyError
-from proxy.response_writer import ResponseWriter
-from proxy.settings import Settings, policy_specs
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
 
 CLIENTS = Path(__file__).resolve().parent.parent / "fixtures" / "clients"
 DIALECT = ResponsesDialect()

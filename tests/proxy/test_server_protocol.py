@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from proxy.server_protocol import BodyParts, LimitedHttpToolsProtocol, WriteBehind
+from proxy.edge.server_protocol import BodyParts, LimitedHttpToolsProtocol, WriteBehind
 
 
 class RecordingTransport:

@@ -3,7 +3,7 @@ retried request continues its session, an edited history forks, and memory is bo
 
 from __future__ import annotations
 
-from proxy.session_index import MAX_BRANCHES, MAX_MARKS, Branch, BranchIndex, PrefixDigests, resolve
+from proxy.state.session_index import MAX_BRANCHES, MAX_MARKS, Branch, BranchIndex, PrefixDigests, resolve
 
 
 def run(marker: str, steps: int) -> list[list[str]]:

@@ -11,8 +11,8 @@ import httpx
 import respx
 
 from proxy.app import create_app
-from proxy.settings import load_settings
-from proxy.store import SQLiteStore
+from proxy.config.settings import load_settings
+from proxy.state.store import SQLiteStore
 from tests.recording_logger import RecordingLogger
 
 UPSTREAM = "http://upstream.test/v1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.session_summary import PriceColumn, summarize_sessions
-from proxy.settings import ModelSettings
+from proxy.config.settings import ModelSettings
+from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
 
 PRICES = PriceColumn(
     {

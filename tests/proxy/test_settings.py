@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.settings import ConfigError, Settings, load_settings, to_builtins
+from proxy.config.settings import ConfigError, Settings, load_settings, to_builtins
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.sqlite_transaction import transaction
+from proxy.state.sqlite_transaction import transaction
 
 
 def _rows(db: sqlite3.Connection) -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.sse_framer import EventTooLarge, SSEFramer
+from proxy.wire.sse_framer import EventTooLarge, SSEFramer
 
 STREAM = (
     b'data: {"a": 1}\r\n\r\nevent: message_start\ndata: {"b": 2}\n\n'

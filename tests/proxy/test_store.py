@@ -15,10 +15,10 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
-from proxy.read_answers import read_saved_output
-from proxy.read_loop import LoopLimits
-from proxy.read_tool import ReadLimits
-from proxy.store import SQLiteStore, decode_checkpoint, encode_checkpoint
+from proxy.read_loop.answers import read_saved_output
+from proxy.read_loop.loop import LoopLimits
+from proxy.read_tool.tool import ReadLimits
+from proxy.state.store import SQLiteStore, decode_checkpoint, encode_checkpoint
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from policies.ledger import build_ledger
 from policies.pipeline import build_policy
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
-from proxy.settings import SummarizerSettings
-from proxy.summarizer import BreakerOpen, OpenAISummarizer, SummarizerError
+from proxy.config.settings import SummarizerSettings
+from proxy.summaries.summarizer import BreakerOpen, OpenAISummarizer, SummarizerError
 from tests.fake_upstream import FakeUpstream, Reply, completion
 
 HISTORY: list[Any] = [

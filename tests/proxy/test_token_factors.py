@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.token_factors import ScaledWindows, TokenFactors
+from proxy.state.token_factors import ScaledWindows, TokenFactors
 
 
 def test_only_configured_models_have_a_factor() -> None:
@@ -74,8 +74,8 @@ def test_the_observer_learns_from_answers_but_not_from_estimated_media() -> None
 
     from policies.pipeline import PolicyOutcome
     from proxy.dialects import make_dialects
-    from proxy.exchange import Exchange
-    from proxy.observers import TokenCalibration
+    from proxy.observe.observers import TokenCalibration
+    from proxy.telemetry.exchange import Exchange
 
     factors = TokenFactors({"claude-*": 1.3})
     observer = TokenCalibration(factors, make_dialects())

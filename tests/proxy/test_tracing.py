@@ -1,6 +1,6 @@
-"""The trace of a request without the SDK (proxy/tracing.py): W3C traceparent read and written,
+"""The trace of a request without the SDK (proxy/telemetry/tracing.py): W3C traceparent read and written,
 the client's sampling decision followed, the upstream's headers given this call's context; and
-its spans (proxy/otel_export.py) made with the identifiers the upstream already saw."""
+its spans (proxy/observe/otel_export.py) made with the identifiers the upstream already saw."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from proxy import otlp_wire as wire
-from proxy.exchange import Exchange
-from proxy.otel_export import SpanExport
-from proxy.tracing import (
+from proxy.observe import otlp_wire as wire
+from proxy.observe.otel_export import SpanExport
+from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.tracing import (
     RequestTrace,
     Tracer,
     TracingSettings,

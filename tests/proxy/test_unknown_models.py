@@ -13,8 +13,8 @@ import yaml
 
 from proxy.app import create_app
 from proxy.cli import main
-from proxy.model_coverage import uncovered_models
-from proxy.settings import load_settings
+from proxy.commands.model_coverage import uncovered_models
+from proxy.config.settings import load_settings
 from tests.recording_logger import RecordingLogger
 
 

@@ -20,9 +20,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from proxy.app import create_app
-from proxy.settings import load_settings
-from proxy.upstream import stream_failure, upstream_failure
-from proxy.upstream_errors import describe, origin
+from proxy.config.settings import load_settings
+from proxy.upstream.failures import describe, origin
+from proxy.upstream.pool import stream_failure, upstream_failure
 from tests.fake_upstream import free_port
 from tests.needs import service_binary
 

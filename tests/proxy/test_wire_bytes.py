@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.exchange import dump_json
-from proxy.known_bodies import KnownBodies, KnownBody
-from proxy.wire_bytes import MIN_SPLICED_BYTES, client_tail, encode_view
+from proxy.route.known_bodies import KnownBodies, KnownBody
+from proxy.route.wire_bytes import MIN_SPLICED_BYTES, client_tail, encode_view
+from proxy.telemetry.exchange import dump_json
 from tests.proxy.json_styles import STYLES, dump
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.metrics import Metrics
-from proxy.wrap import Figures, Proxy, agent_command, agent_environment, parse_figures, summary_lines
+from proxy.commands.wrap import Figures, Proxy, agent_command, agent_environment, parse_figures, summary_lines
+from proxy.telemetry.metrics import Metrics
 
 BASE = "http://127.0.0.1:9999"
 

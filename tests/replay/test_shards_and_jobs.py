@@ -11,7 +11,7 @@ import msgspec
 import orjson
 import pytest
 
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 from replay.config import ReplayConfig, load_replay_config
 from replay.jobs import replay_cost, split_items
 from replay.loading import load_cases

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.settings import load_settings
+from proxy.config.settings import load_settings
 from replay.tune import (
     Candidate,
     Measured,

@@ -14,14 +14,14 @@ import httpx
 import orjson
 
 from policies.tokens import TokenCounter
+from proxy.config.settings import load_settings
 from proxy.dialects.base import Dialect
-from proxy.errors import ErrorBody, openai_error_body
-from proxy.loop_driver import LoopDriver
-from proxy.read_loop import LoopLimits, LoopResult, ReadLoop
-from proxy.response_writer import ResponseWriter
-from proxy.settings import load_settings
-from proxy.store import StoredOutput
-from proxy.upstream import Upstream
+from proxy.read_loop.driver import LoopDriver
+from proxy.read_loop.loop import LoopLimits, LoopResult, ReadLoop
+from proxy.state.store import StoredOutput
+from proxy.upstream.pool import Upstream
+from proxy.wire.errors import ErrorBody, openai_error_body
+from proxy.wire.response_writer import ResponseWriter
 
 COUNTER = TokenCounter()
 TENANT = "t_plane"

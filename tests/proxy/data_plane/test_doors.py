@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from proxy.dialects import make_dialects
-from proxy.errors import anthropic_error_body
+from proxy.wire.errors import anthropic_error_body
 from tests.anthropic_upstream import wire as anthropic_wire
 from tests.proxy.data_plane.harness import HANDLE, Run, drive, json_reply, sse_reply
 from tests.responses_upstream import wire as responses_wire

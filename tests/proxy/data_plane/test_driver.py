@@ -1,4 +1,4 @@
-"""The loop driver (``proxy/loop_driver.py``) on the Chat Completions door, against an upstream
+"""The loop driver (``proxy/read_loop/driver.py``) on the Chat Completions door, against an upstream
 behind ``httpx.MockTransport``: a read round answered from the store then the final answer with
 usage summed over the rounds (JSON, and streamed in chunks cut at awkward places), and every
 failure by the one rule: before the response started the client gets the upstream's status and
@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from proxy.dialects.chat import ChatDialect
-from proxy.read_loop import LoopLimits
+from proxy.read_loop.loop import LoopLimits
 from tests.agent_upstream.script import Answer
 from tests.proxy.data_plane import chat_wire as chat
 from tests.proxy.data_plane.harness import (

@@ -1,4 +1,4 @@
-"""The pure read loop (``proxy/read_loop.py``): the commands it gives for scripted answers and
+"""The pure read loop (``proxy/read_loop/loop.py``): the commands it gives for scripted answers and
 read results, with the real ``ChatDialect`` and no I/O at all (reads are answered with made-up
 results, or by ``run_reads`` against an in-memory store). A read round; a read mixed with the
 agent's own calls; rounds running out; the room of an answer's reads shared by need; a read
@@ -14,9 +14,9 @@ import pytest
 
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_answers import NO_ROOM, ReadCall, run_reads
-from proxy.read_loop import Done, Fail, LoopLimits, LoopMisuse, Read, ReadLoop, Received, Send
-from proxy.read_tool import ReadResult
+from proxy.read_loop.answers import NO_ROOM, ReadCall, run_reads
+from proxy.read_loop.loop import Done, Fail, LoopLimits, LoopMisuse, Read, ReadLoop, Received, Send
+from proxy.read_tool.tool import ReadResult
 from tests.proxy.data_plane import chat_wire as chat
 from tests.proxy.data_plane.harness import COUNTER, HANDLE, TENANT, MemoryStore
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from policies.handles import names_a_handle
-from proxy.sessions import tenant_of
+from proxy.state.sessions import tenant_of
 from tests.proxy.data_plane.toy_dialect import ToyDialect
 from tests.proxy.data_plane.toy_proxy import (
     COUNTER,

@@ -3,7 +3,7 @@ route and the read loop with no branch on the dialect's name: ``restore`` before
 read, ``upstream_headers`` for what goes upstream, ``read_loop_start``/``read_loop_end`` around
 a read loop; and the adapter's stream codec serving a streamed read loop. The toy adapter here
 keeps the read rounds its client never saw and puts them back when the client echoes the
-answer, as the Anthropic adapter does (``proxy/hidden_rounds.py``)."""
+answer, as the Anthropic adapter does (``proxy/dialects/hidden_rounds.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from proxy.sessions import tenant_of
+from proxy.state.sessions import tenant_of
 from tests.proxy.data_plane.harness import Reply, sse_reply
 from tests.proxy.data_plane.toy_dialect import ToyDialect, toy_event
 from tests.proxy.data_plane.toy_proxy import (

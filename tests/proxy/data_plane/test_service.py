@@ -1,4 +1,4 @@
-"""The compaction service (``proxy/compaction.py``) called directly, in the graph ``proxy/app.py``
+"""The compaction service (``proxy/route/compaction.py``) called directly, in the graph ``proxy/app.py``
 builds: which session a request belongs to (the conversation it extends, the client's
 ``X-Session-Id``, a fork where the history branches), the checkpoint a session keeps, offloads
 stored before the outcome names them, a store that cannot write failing open, and requests
@@ -16,9 +16,9 @@ import orjson
 from policies.handles import names_a_handle
 from policies.pipeline import Offload, Policy
 from policies.view import Context, View
-from proxy.compaction import Compacted
-from proxy.sessions import explicit_session, root_session
-from proxy.store import SQLiteStore
+from proxy.route.compaction import Compacted
+from proxy.state.sessions import explicit_session, root_session
+from proxy.state.store import SQLiteStore
 from tests.proxy.data_plane.toy_dialect import ToyDialect
 from tests.proxy.data_plane.toy_proxy import ToyProxy, body, toy_proxy
 

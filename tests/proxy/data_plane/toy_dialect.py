@@ -21,10 +21,10 @@ import orjson
 
 from policies.conversation import Message
 from proxy.dialects.base import Answer, BaseDialect, Parsed
-from proxy.errors import ProxyError
-from proxy.read_tool import TOOL_NAME, tool_schema
-from proxy.response_writer import ResponseWriter
-from proxy.sse_framer import event_data
+from proxy.read_tool.tool import TOOL_NAME, tool_schema
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
+from proxy.wire.sse_framer import event_data
 
 
 def _text(value: Any) -> str:

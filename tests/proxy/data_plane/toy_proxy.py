@@ -26,14 +26,14 @@ import structlog
 
 from policies.tokens import TokenCounter
 from proxy.app import AppParts, make_route
+from proxy.config.settings import Settings, load_settings
 from proxy.dialects.base import Dialect
-from proxy.errors import ProxyError
-from proxy.exchange import Exchange
-from proxy.providers import Provider, make_providers
-from proxy.response_writer import ResponseWriter
-from proxy.route import CompactingRoute
-from proxy.settings import Settings, load_settings
-from proxy.store import SQLiteStore, Store
+from proxy.route.steps import CompactingRoute
+from proxy.state.store import SQLiteStore, Store
+from proxy.telemetry.exchange import Exchange
+from proxy.upstream.providers import Provider, make_providers
+from proxy.wire.errors import ProxyError
+from proxy.wire.response_writer import ResponseWriter
 from tests.proxy.data_plane.harness import Client, Reply, json_reply
 from tests.proxy.data_plane.toy_dialect import ToyDialect
 

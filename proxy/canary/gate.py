@@ -1,0 +1,237 @@
+"""Canary: a policy on a sticky share of sessions, measured against the holdout, paused by a gate.
+
+Pure: settings, the arm of a session, the figures of one request, the figures of an arm, and
+the gate's verdict. The route asks for the arm, the ``CanaryRecord`` observer turns a finished
+request into its figures, the store adds them up per session (shared by every replica on
+Redis), and the ``CanaryJudge`` reads them back, judges, and pauses.
+
+- **Arms.** A session is treated when a hash of the salt, the tenant and the session (the
+  client's ``X-Session-Id``, else the conversation's root: tenant, system prompt and first
+  user message) falls under ``share``: the same answer on every replica and every request.
+  The holdout is forwarded exactly as ``full`` forwards it: the client's bytes.
+- **Paused.** New sessions go to the holdout. A session already treated stays treated: its
+  history may no longer fit the window uncompacted, and switching it back would break its
+  prompt cache once more; it finishes under the policy, and its figures keep counting.
+- **The gate** judges once each arm has ``min_sessions`` sessions. Error shares (per request)
+  are hard limits: it breaches when the upper bound of the treated-minus-holdout difference
+  passes the budget (once each arm has the requests such a bound needs: about z^2 / budget;
+  before that, when even the lower bound passes it). Re-acquisition and cost per session are
+  trade-offs: it breaches when the lower bound shows the treated arm worse than the budget
+  allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import msgspec
+
+from proxy.canary.stats import Interval, mean_difference, share_difference, z_for
+
+ARMS = ("treated", "holdout")
+# Added per request to a session's figures (the store sums them).
+COUNTED = (
+    "requests",
+    "prompt",
+    "cached",
+    "written",
+    "output",
+    "context_errors",
+    "errors",
+    "reads",
+    "repeats",
+    "agent_compactions",
+    "cost",
+)
+
+
+class CanaryGate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    # Sessions each arm needs before the gate judges anything.
+    min_sessions: Annotated[int, msgspec.Meta(ge=1)] = 30
+    # At most this many more points of requests answered with a context-window error.
+    max_context_error_increase: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02
+    # At most this many more points of requests answered with any other upstream error.
+    max_error_increase: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.05
+    # Re-acquisitions per session (read_tool_output calls and repeated tool calls) at most this
+    # many times the holdout's, beyond a floor of extra ones always tolerated.
+    max_reacquisition_ratio: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    reacquisition_floor: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    # Cost per session at most this many times the holdout's.
+    max_cost_ratio: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    confidence: Annotated[float, msgspec.Meta(gt=0.5, lt=1)] = 0.95
+
+
+class CanarySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    # The share of sessions the policy is applied to (mode: canary); the rest is the holdout.
+    share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
+    # Change it to draw a new split of sessions.
+    salt: str = "canary"
+    gate: CanaryGate = msgspec.field(default_factory=CanaryGate)
+    # How often each replica reads the figures back and judges.
+    evaluate_every_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # A session whose last answer asked for a tool and which has been idle this long was
+    # abandoned mid-tool-loop; one whose last answer had no tool call ended with an answer.
+    idle_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+
+
+def arm_of(salt: str, tenant: str, session: str, share: float) -> str:
+    digest = hashlib.blake2b(f"{salt}\x1f{tenant}\x1f{session}".encode(), digest_size=8).digest()
+    return "treated" if int.from_bytes(digest, "big") / 2**64 < share else "holdout"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Prompt tokens as the provider billed them: ``prompt`` in all, ``cached`` read from the
+    prompt cache, ``written`` into it (Anthropic), and the answer's ``output``."""
+
+    prompt: int = 0
+    cached: int = 0
+    written: int = 0
+    output: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """US dollars per million tokens, or None: then the cost is in full-price input tokens."""
+
+    input: float | None = None
+    cached_input: float | None = None
+    cache_write: float | None = None
+    output: float | None = None
+
+    def cost(self, usage: Usage, *, cached_ratio: float, write_ratio: float) -> float:
+        base = self.input if self.input is not None else 1.0
+        cached = self.cached_input if self.cached_input is not None else base * cached_ratio
+        written = self.cache_write if self.cache_write is not None else base * write_ratio
+        output = self.output if self.output is not None else base * 4.0
+        uncached = max(0, usage.prompt - usage.cached - usage.written)
+        total = uncached * base + usage.cached * cached + usage.written * written + usage.output * output
+        return total / 1e6 if self.input is not None else float(total)
+
+
+@dataclass(slots=True)
+class ArmFigures:
+    arm: str
+    sessions: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def total(self, key: str) -> float:
+        return float(sum(s.get(key) or 0 for s in self.sessions))
+
+    def per_session(self, key: str) -> list[float]:
+        return [float(s.get(key) or 0) for s in self.sessions]
+
+    def reacquisitions(self) -> list[float]:
+        return [float((s.get("reads") or 0) + (s.get("repeats") or 0)) for s in self.sessions]
+
+    def endings(self, now: float, idle_seconds: float) -> dict[str, int]:
+        ended = {"answered": 0, "abandoned": 0, "active": 0}
+        for s in self.sessions:
+            if now - float(s.get("last") or 0) < idle_seconds:
+                ended["active"] += 1
+            else:
+                ended["answered" if s.get("last_answer") == "final" else "abandoned"] += 1
+        return ended
+
+    def summary(self, now: float, idle_seconds: float) -> dict[str, Any]:
+        count = len(self.sessions) or 1
+        requests = self.total("requests")
+        return {
+            "sessions": len(self.sessions),
+            "requests": int(requests),
+            "requests_per_session": requests / count,
+            "prompt_tokens": int(self.total("prompt")),
+            "cached_prompt_tokens": int(self.total("cached")),
+            "cache_write_tokens": int(self.total("written")),
+            "output_tokens": int(self.total("output")),
+            "context_errors": int(self.total("context_errors")),
+            "errors": int(self.total("errors")),
+            "reads_per_session": self.total("reads") / count,
+            "reacquisitions_per_session": sum(self.reacquisitions()) / count,
+            "agent_compactions": int(self.total("agent_compactions")),
+            "cost_per_session": self.total("cost") / count,
+            "endings": self.endings(now, idle_seconds),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    estimate: float
+    interval: Interval
+    budget: str
+    breached: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.name,
+            "estimate": round(self.estimate, 6),
+            "interval": [round(self.interval[0], 6), round(self.interval[1], 6)],
+            "budget": self.budget,
+            "breached": self.breached,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: str  # waiting (too few sessions), pass, breach
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def breached(self) -> list[Check]:
+        return [c for c in self.checks if c.breached]
+
+
+def split_arms(sessions: Iterable[Mapping[str, Any]]) -> dict[str, ArmFigures]:
+    arms = {arm: ArmFigures(arm) for arm in ARMS}
+    for session in sessions:
+        arm = arms.get(str(session.get("arm")))
+        if arm is not None:
+            arm.sessions.append(session)
+    return arms
+
+
+def judge(arms: Mapping[str, ArmFigures], gate: CanaryGate) -> Verdict:
+    treated, holdout = arms["treated"], arms["holdout"]
+    if min(len(treated.sessions), len(holdout.sessions)) < gate.min_sessions:
+        return Verdict("waiting")
+    confidence = gate.confidence
+    checks = []
+    for key, name, limit in (
+        ("context_errors", "context_error_share", gate.max_context_error_increase),
+        ("errors", "error_share", gate.max_error_increase),
+    ):
+        estimate, interval = share_difference(
+            int(treated.total(key)),
+            int(treated.total("requests")),
+            int(holdout.total(key)),
+            int(holdout.total("requests")),
+            confidence,
+        )
+        # The upper bound can pass only once each arm has about z^2 / limit requests (0 events
+        # in 192 requests still leave 2 points possible): until then only a lower bound over
+        # the limit (harm plain even in a small sample) breaches.
+        enough = min(treated.total("requests"), holdout.total("requests")) >= z_for(confidence) ** 2 / limit
+        breached = interval[0] > limit or (enough and interval[1] > limit)
+        budget = f"upper bound <= +{limit:g}" if enough else f"lower bound <= +{limit:g} (too few requests)"
+        checks.append(Check(name, estimate, interval, budget, breached))
+    floor = gate.reacquisition_floor
+    estimate, interval = mean_difference(
+        [r - floor for r in treated.reacquisitions()],
+        holdout.reacquisitions(),
+        ratio=gate.max_reacquisition_ratio,
+        confidence=confidence,
+    )
+    budget = f"lower bound of treated - {floor:g} - {gate.max_reacquisition_ratio:g} x holdout <= 0"
+    checks.append(Check("reacquisitions_per_session", estimate, interval, budget, interval[0] > 0))
+    estimate, interval = mean_difference(
+        treated.per_session("cost"),
+        holdout.per_session("cost"),
+        ratio=gate.max_cost_ratio,
+        confidence=confidence,
+    )
+    budget = f"lower bound of treated - {gate.max_cost_ratio:g} x holdout <= 0"
+    checks.append(Check("cost_per_session", estimate, interval, budget, interval[0] > 0))
+    return Verdict("breach" if any(c.breached for c in checks) else "pass", tuple(checks))

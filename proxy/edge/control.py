@@ -1,0 +1,167 @@
+"""The control plane: health, readiness, metrics, the compaction events API and the session
+page (Litestar).
+
+Everything under ``/v1`` but ``/v1/compaction/`` is the data plane (``proxy/edge/v1.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from importlib import resources
+from typing import Any
+
+import orjson
+from litestar import MediaType, Request, Response, get, head
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromQuery
+
+from proxy.config.settings import Settings
+from proxy.state.sessions import credentials, explicit_session, tenant_of
+from proxy.state.store import Store
+from proxy.telemetry.metrics import CONTENT_TYPE, Metrics
+from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
+from proxy.wire.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
+
+
+def control_routes(
+    settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
+) -> list[HTTPRouteHandler]:
+    @get("/", sync_to_thread=False, media_type=MediaType.JSON)
+    def root() -> dict[str, str]:
+        """What answers here (clients such as Claude Code probe the base URL at start)."""
+        return {"service": "compaction-proxy", "status": "ok"}
+
+    @head("/", sync_to_thread=False, include_in_schema=False)
+    def root_head() -> None:
+        """The probe as ``HEAD /``."""
+
+    @get("/healthz", sync_to_thread=False, media_type=MediaType.JSON)
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @get("/readyz", sync_to_thread=False, media_type=MediaType.JSON)
+    def readyz() -> Response[dict[str, str]]:
+        """Readiness: encodings loaded and the state directory usable."""
+        if ready.is_set():
+            return Response({"status": "ready"})
+        return Response({"status": "starting"}, status_code=503)
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics_route() -> Response[bytes]:
+        """Prometheus text exposition."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store)]
+
+
+def event_routes(settings: Settings, store: Store) -> list[HTTPRouteHandler]:
+    """The compaction events API, the sessions list and the session page (tenant-scoped)."""
+    prices = PriceColumn(settings.models)
+    page = (resources.files("proxy.edge") / "session_page.html").read_bytes()
+
+    @get("/v1/compaction/events", media_type=MediaType.JSON)
+    async def compaction_events(
+        request: Request[Any, Any, Any],
+        session: FromQuery[str | None] = None,
+        policy: FromQuery[str | None] = None,
+        since: FromQuery[float] = 0.0,
+        limit: FromQuery[int] = 100,
+        tenant: FromQuery[str | None] = None,
+    ) -> Response[Any]:
+        """Compaction events, oldest first. With an admin token configured it is required and
+        sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
+        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
+        scope = scope_of(settings, request, tenant)
+        if isinstance(scope, Response):
+            return scope
+        if session and not session.startswith("s_"):
+            if scope is None:
+                return _refused(400, "Pass the tenant with an X-Session-Id.", "invalid_request_error")
+            session = explicit_session(scope, session)
+        found = await store.events(
+            scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
+        )
+        return Response({"object": "list", "data": found})
+
+    @get("/v1/compaction/sessions", media_type=MediaType.JSON)
+    async def compaction_sessions(
+        request: Request[Any, Any, Any],
+        limit: FromQuery[int] = 50,
+        tenant: FromQuery[str | None] = None,
+    ) -> Response[Any]:
+        """The caller's recent sessions, newest first, summed from their newest 5,000 events:
+        model, door, requests, tokens sent and sent upstream, compaction points, reads and the
+        estimated savings (the ``models`` table's ``input_price``)."""
+        scope = scope_of(settings, request, tenant)
+        if isinstance(scope, Response):
+            return scope
+        found = await store.events(scope, limit=5000, newest=True)
+        rows = summarize_sessions(found, prices, limit=max(1, min(limit, 500)))
+        return Response({"object": "list", "data": rows})
+
+    @get("/ui", sync_to_thread=False, media_type=MediaType.HTML, include_in_schema=False)
+    def session_page() -> Response[bytes]:
+        """The session page: self-contained (no request leaves for another host)."""
+        return Response(page, media_type=MediaType.HTML, headers=_PAGE_HEADERS)
+
+    return [compaction_events, compaction_sessions, session_page]
+
+
+def scope_of(
+    settings: Settings, request: Request[Any, Any, Any], tenant: str | None
+) -> str | Response[Any] | None:
+    """The tenant a caller of the events API sees, or the refusal. With an admin token
+    configured it is required and sees every tenant (``tenant`` filters); without one, a
+    caller sees its own tenant only."""
+    raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
+    if settings.server.admin_token:
+        if not hmac.compare_digest(
+            request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
+        ):
+            return _refused(401, "The admin token is required.", "authentication_error")
+        return tenant
+    if (
+        not credentials(raw_headers)
+        and (settings.upstream.api_key or settings.anthropic.api_key)
+        and not settings.server.allow_anonymous
+    ):
+        # Anonymous clients are refused on the data plane: they own no events either.
+        return _refused(401, "An API key is required.", "authentication_error")
+    return tenant_of(raw_headers)
+
+
+# The page may load nothing from anywhere but this proxy; its script and style are inline.
+_PAGE_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _refused(status: int, message: str, kind: str) -> Response[Any]:
+    return Response(orjson.loads(error_body(message, type=kind)), status_code=status)
+
+
+# Where each API lives on the proxy, for the hint of a path it does not serve.
+_DOORS = ("/chat/completions", "/responses", "/messages", "/models", "/embeddings", "/completions")
+
+
+def not_found(request: Request[Any, Any, Any], _exc: Exception) -> Response[bytes]:
+    """A path the proxy does not serve, answered in the shape of the API the client speaks
+    (Anthropic's for ``/messages`` or a request with ``anthropic-version``, else OpenAI's),
+    saying where the API is: a client whose base URL lacks ``/v1`` (``@ai-sdk/anthropic`` given
+    ``http://host:port``) is told the URL to use."""
+    path = request.url.path
+    hint = "The proxy's APIs are under /v1 (POST /v1/chat/completions, /v1/responses, /v1/messages)."
+    if path.endswith(_DOORS) and not path.startswith("/v1/"):
+        hint = f"Did you mean /v1{path}? Set the client's base URL to end in /v1."
+    error = ProxyError(404, f"No route {request.method} {path} on this proxy. {hint}", code="not_found")
+    anthropic = path.endswith("/messages") or "anthropic-version" in request.headers
+    body = anthropic_error_body(error) if anthropic else openai_error_body(error)
+    return Response(body, status_code=404, media_type=MediaType.JSON)

@@ -1,0 +1,392 @@
+"""The compaction service: one request's view, whatever its wire format.
+
+It takes the neutral conversation a dialect adapter read (a large body: the raw bytes, which a
+worker process reads with the same adapter), finds its session (``X-Session-Id``, else the one
+whose requests it extends), and under the session's lock loads its checkpoint (or a fork's
+parent's), applies the policy, stores what was offloaded before a view naming it can be sent,
+and keeps the next checkpoint. It knows no wire format and writes no response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.digests import Digests
+from policies.pipeline import Checkpoint, Policy, PolicyOutcome
+from policies.summarizer import SummaryRequest
+from policies.tokens import TokenCounter
+from proxy.dialects.agent_compaction import passes_as_sent
+from proxy.route.known_bodies import KnownBodies
+from proxy.route.known_prefix import KnownPrefixes
+from proxy.route.large_requests import LargeRequests, LargeWorker
+from proxy.state.session_index import BranchIndex, Resolution
+from proxy.state.sessions import MemorySessions, bearer_key, explicit_session, root_session
+from proxy.state.store import Store
+from proxy.state.token_factors import ScaledWindows
+from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
+from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.metrics import Metrics
+from proxy.wire.errors import ProxyError
+from proxy.wire.forwarding import header_value
+
+Headers = list[tuple[bytes, bytes]]
+# A provider's scheme, host and port.
+Origin = tuple[str, str, int]
+
+
+@dataclass(slots=True)
+class Compacted:
+    """What the service did for one request."""
+
+    outcome: PolicyOutcome
+    session: str
+    messages: int  # the client's messages (neutral)
+    top_fields: dict[str, Any]  # the wire body's top-level fields (for a view: the view's)
+    view_body: dict[str, Any] | None = None  # a large request's view, as its worker wrote it
+    session_fork: dict[str, Any] | None = None
+    skipped: str | None = None
+    stream: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_reserve(policy: Policy) -> int:
+    """The answer reserve the policy's token safeguard keeps (1024 without one)."""
+    for stage in policy.stages:
+        if stage.name == "token_safeguard":
+            return int(getattr(stage, "reserve_tokens", 1024))
+    return 1024
+
+
+def without_stages(policy: Policy) -> Policy:
+    return Policy(name=policy.name, description=policy.description, stages=())
+
+
+class CompactionService:
+    def __init__(
+        self,
+        *,
+        counter: TokenCounter,
+        windows: ScaledWindows,
+        store: Store,
+        sessions: MemorySessions,
+        metrics: Metrics,
+        summarizer: OpenAISummarizer | None,
+        large: LargeRequests,
+        record_skipped: bool,
+        max_sessions: int,
+        injected_tokens: Callable[[str], int],
+        known_prefix_tokens: int = 8 * 1024 * 1024,
+        prepared: PreparedSummaries | None = None,
+        prepare_at: float | None = None,
+    ) -> None:
+        """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
+        output (the read tool's schema), kept free by the token safeguard."""
+        self.counter = counter
+        self.windows = windows
+        self.store = store
+        self.sessions = sessions
+        self.metrics = metrics
+        self.summarizer = summarizer
+        self.large = large
+        self.record_skipped = record_skipped
+        self.injected_tokens = injected_tokens
+        self.branches = BranchIndex(max_sessions)
+        self.digests = Digests(counter=counter)
+        self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
+        self.bodies = KnownBodies(max_bodies=max_sessions, max_bytes=4 * known_prefix_tokens)
+        self.background: set[asyncio.Task[None]] = set()
+        # Model summaries prepared ahead (summarizer.prepare_at): a compaction point never waits.
+        self.prepared = prepared if summarizer is not None and prepare_at is not None else None
+        self.prepare_at = prepare_at or 1.0
+
+    def keeps_session_state(self, policy: Policy) -> bool:
+        # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
+        # A policy without stages keeps no session state: named only if its events are recorded.
+        return bool(policy.stages) or self.record_skipped
+
+    def _summarizer_key(self, headers: Headers, client_origin: Origin | None) -> str | None:
+        """The client's bearer credential, for a model summarizer at the very provider the
+        client addressed; None otherwise (the summarizer's own key, or none, is used then)."""
+        if self.summarizer is None or not self.summarizer.takes_key_for(client_origin):
+            return None
+        return bearer_key(headers)
+
+    async def compact(
+        self,
+        neutral: dict[str, Any],
+        *,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        skipped: str | None,
+        client_origin: Origin | None = None,
+        counter: TokenCounter | None = None,
+    ) -> Compacted:
+        """A request of ordinary size, compacted on the event loop. ``client_origin``: the
+        scheme, host and port of the provider the client's request addressed (its credential
+        is for that upstream only). ``counter``: the request's own (``for_request``)."""
+        counter = counter or self.counter
+        encoding = counter.encoding_for(neutral.get("model"))
+        if not counter.is_loaded(encoding):
+            # Another model family's encoding: loaded once, off the event loop.
+            await asyncio.to_thread(counter.warm_up, [encoding])
+        effective = without_stages(policy) if skipped else policy
+        messages = neutral["messages"]
+        resolution = None
+        digests = self.digests.for_request()
+        explicit = header_value(headers, b"x-session-id")
+        # The session the conversation's root names, when the client names none (a scan of
+        # every message, so not made when it does).
+        root = "" if explicit else root_session(neutral, tenant)
+        # The conversation's last request: its known prefix is neither counted nor digested
+        # again, whatever the policy (a pass-through request is counted for its metrics too).
+        known_key = f"{tenant}\x1f{explicit.decode('latin-1')}" if explicit else root
+        adopted = self.known.adopt(known_key, messages, encoding, counter, digests)
+        if self.keeps_session_state(effective):
+            resolution = await self.session_of(
+                headers, root, tenant, policy.name, [] if explicit else [digests.message(m) for m in messages]
+            )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        window = self.windows.window_for(neutral.get("model"))
+        injected = self.injected_tokens(encoding)
+
+        async def compute(
+            checkpoint: Checkpoint | None, summarizer: Any, prepare: bool = False
+        ) -> PolicyOutcome:
+            return await effective.apply(
+                neutral,
+                counter,
+                window=window,
+                checkpoint=checkpoint,
+                summarizer=summarizer,
+                digests=digests,
+                injected_tokens=injected,
+                prepare=prepare,
+            )
+
+        async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:
+            """The summary request this request would make, were it a compaction point."""
+            capture = Capture()
+            await compute(checkpoint, capture, prepare=True)
+            return capture.request
+
+        compacted = Compacted(
+            outcome=PolicyOutcome(None, 0, 0),
+            session=session,
+            messages=len(messages),
+            top_fields=neutral,
+            skipped=skipped,
+        )
+        compacted.outcome = await self._apply(
+            effective, headers, tenant, session, resolution, compacted, compute, client_origin, dry_run
+        )
+        self.known.keep(known_key, messages, adopted, encoding, counter, digests, compacted.outcome.messages)
+        return compacted
+
+    async def compact_large(
+        self,
+        body: bytes,
+        *,
+        dialect: str,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        client_origin: Origin | None = None,
+        restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
+    ) -> Compacted:
+        """A large body: read, counted and compacted in a worker process (held for every phase:
+        it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
+        ``restore`` hook puts back, when it could put anything back (it holds the state)."""
+        async with self.large.worker() as worker:
+            return await self._compact_in(
+                worker, body, dialect, policy, tenant, headers, client_origin, restore
+            )
+
+    async def _compact_in(
+        self,
+        worker: LargeWorker,
+        body: bytes,
+        dialect: str,
+        policy: Policy,
+        tenant: str,
+        headers: Headers,
+        client_origin: Origin | None,
+        restore: Callable[[list[Any]], Awaitable[Any]] | None,
+    ) -> Compacted:
+        explicit = header_value(headers, b"x-session-id")
+        inspected = await worker.inspect(
+            body,
+            dialect,
+            tenant,
+            with_digests=self.keeps_session_state(policy) and not explicit,
+            headers=headers,
+            restore=restore,
+        )
+        if inspected.error is not None:
+            status, message, param = inspected.error
+            raise ProxyError(status, message, param=param)
+        head = inspected.top_fields
+        skipped, notes = inspected.skipped, dict(inspected.notes)
+        if inspected.agent is not None:
+            window = self.windows.window_for(head.get("model"))
+            skipped, notes["agent_compaction"] = passes_as_sent(
+                inspected.agent, inspected.agent_tokens, window, inspected.requested
+            )
+        skip = skipped is not None
+        effective = without_stages(policy) if skip else policy
+        resolution = (
+            await self.session_of(headers, inspected.root, tenant, policy.name, inspected.digests)
+            if self.keeps_session_state(effective)
+            else None
+        )
+        session = resolution.session + ":" + policy.name if resolution else ""
+        encoding = self.counter.encoding_for(head.get("model"))
+        window = self.windows.window_for(head.get("model"))
+        compacted = Compacted(
+            outcome=PolicyOutcome(None, 0, 0),
+            session=session,
+            messages=inspected.messages,
+            top_fields=head,
+            skipped=skipped,
+            stream=inspected.stream,
+            notes=notes,
+        )
+
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+            computed = await worker.apply(
+                policy=policy.name,
+                window=window,
+                checkpoint=checkpoint,
+                injected_tokens=self.injected_tokens(encoding),
+                session=session,
+                client_key=self._summarizer_key(headers, client_origin),
+                skip=skip,
+            )
+            outcome, compacted.view_body = computed.outcome()
+            return outcome
+
+        compacted.outcome = await self._apply(
+            effective, headers, tenant, session, resolution, compacted, compute, client_origin
+        )
+        if compacted.view_body is not None:
+            compacted.top_fields = compacted.view_body
+        return compacted
+
+    async def session_of(
+        self, headers: Headers, root: str, tenant: str, policy: str, digests: list[str]
+    ) -> Resolution:
+        """The client's ``X-Session-Id``, else the session whose requests this one extends."""
+        explicit = header_value(headers, b"x-session-id")
+        if explicit:
+            return Resolution(explicit_session(tenant, explicit))
+        if not self.sessions.shared:
+            return self.branches.resolve(f"{root}:{policy}", root, digests)
+        try:
+            return await self.store.resolve_branch(tenant, f"{root}:{policy}", root, digests)
+        except Exception:  # the store is down: the run's first session, as before branches
+            self.metrics.errors.labels("store_read").inc()
+            return Resolution(root)
+
+    async def _inherited(
+        self, tenant: str, resolution: Resolution, policy: str, compacted: Compacted
+    ) -> Checkpoint | None:
+        """A fork starts from its parent's checkpoint when everything that checkpoint decided
+        lies in the messages they share (a summary never covers what the fork does not have)."""
+        if resolution.parent is None:
+            return None
+        parent = f"{resolution.parent}:{policy}"
+        checkpoint = self.sessions.checkpoint(parent) or await self._load_checkpoint(tenant, parent)
+        inherited = checkpoint is not None and (
+            checkpoint.summary is None or checkpoint.summary_at + checkpoint.covered <= resolution.common
+        )
+        compacted.session_fork = {
+            "parent": parent,
+            "common_messages": resolution.common,
+            "inherited": inherited,
+        }
+        return checkpoint if inherited else None
+
+    async def _apply(
+        self,
+        policy: Policy,
+        headers: Headers,
+        tenant: str,
+        session: str,
+        resolution: Resolution | None,
+        compacted: Compacted,
+        compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
+        client_origin: Origin | None = None,
+        dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]] | None = None,
+    ) -> PolicyOutcome:
+        """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
+        from its checkpoint; store what it offloaded and keep its next checkpoint."""
+        if not policy.stages:
+            return await compute(None, None)
+        async with self.sessions.lock(session):
+            checkpoint = self.sessions.checkpoint(session)
+            if checkpoint is None:
+                checkpoint = await self._load_checkpoint(tenant, session)
+            if checkpoint is None and resolution is not None:
+                checkpoint = await self._inherited(tenant, resolution, policy.name, compacted)
+            summarizer: Any = (
+                self.summarizer.for_session(session, self._summarizer_key(headers, client_origin))
+                if self.summarizer
+                else None
+            )
+            model = summarizer
+            if self.prepared is not None and model is not None:
+                # A replay asks a point to settle the preparation in flight (deterministic).
+                wait = header_value(headers, b"x-compaction-prepared") == b"wait"
+                summarizer = NeverWaiting(self.prepared, tenant, session, model, wait)
+            outcome = await compute(checkpoint, summarizer)
+            if self.prepared is not None and model is not None and dry_run is not None:
+                task = self.prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
+                if task is not None:
+                    self.background.add(task)
+                    task.add_done_callback(self.background.discard)
+            if outcome.offloads:
+                try:
+                    # Durably stored before any view naming the handles is sent.
+                    await self.store.put_outputs(tenant, list(outcome.offloads.values()))
+                except Exception:  # fail open: the client's own request goes through
+                    self.metrics.errors.labels("store_write").inc()
+                    compacted.view_body = None
+                    return PolicyOutcome(
+                        None,
+                        outcome.tokens_before,
+                        outcome.tokens_before,
+                        checkpoint=checkpoint or Checkpoint(),
+                    )
+            self.sessions.save(session, outcome.checkpoint)
+            # The request counter changes on every request; only other changes are worth a write.
+            changed = checkpoint is None or not outcome.checkpoint.same_but_requests(checkpoint)
+            if changed and outcome.mechanisms:
+                if self.sessions.shared:
+                    # Another worker may serve this session's next request: write it now.
+                    await self._save_checkpoint(tenant, session, outcome.checkpoint)
+                else:
+                    self._persist(tenant, session, outcome.checkpoint)
+        return outcome
+
+    async def _load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
+        try:
+            return await self.store.load_checkpoint(tenant, session)
+        except Exception:  # a missing checkpoint only costs one fresh compaction
+            self.metrics.errors.labels("store_read").inc()
+            return None
+
+    async def _save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        try:
+            await self.store.save_checkpoint(tenant, session, checkpoint)
+        except Exception:  # a lost checkpoint costs one fresh compaction, never the request
+            self.metrics.errors.labels("store_write").inc()
+
+    def _persist(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        """Write a changed checkpoint in the background: memory stays authoritative in this
+        process; the store lets a restarted or another replica continue the session."""
+        task = asyncio.create_task(self._save_checkpoint(tenant, session, checkpoint))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)

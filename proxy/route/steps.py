@@ -1,0 +1,400 @@
+"""A compacting route: a request of a dialect the proxy compacts, from its bytes to its answer.
+
+The request goes through ordered steps with one signature (``Step``), each reading what the
+earlier ones wrote on the request's ``Draft``: choose the policy and mode (from the headers or
+the configuration), read the body into the neutral conversation (the dialect's ``restore``
+hook first; a worker process reads a large body), let an agent's own compaction request pass,
+compact (the compaction service makes the view), render the view in the dialect, and plan its
+delivery. A step that returns False ends the preparation: the request then goes as it is,
+which for every step before the view is the client's own bytes. The request is delivered as a
+plain relay, or through the ``read_tool_output`` loop when the view names a saved output.
+While the upstream works only the body sent is held (and, bounded, each conversation's last).
+
+Nothing here knows a wire format: a dialect's own needs (hidden read rounds, headers a body
+needs upstream) are hooks of its adapter (``dialects/base.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.handles import names_a_handle
+from policies.pipeline import Policy, requested_answer_tokens
+from policies.tokens import TokenCounter
+from proxy.canary.runtime import CanaryArms, place_in_arm
+from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
+from proxy.dialects.base import Dialect, Parsed
+from proxy.read_loop.runner import LoopPlan, LoopRunner
+from proxy.route.compaction import Compacted, CompactionService, policy_reserve
+from proxy.route.facts import compaction_attributes, record_compaction
+from proxy.route.known_bodies import KnownBody
+from proxy.route.large_requests import LargeRequests
+from proxy.route.wire_bytes import view_encoder
+from proxy.state.sessions import tenant_of
+from proxy.state.token_factors import ScaledWindows
+from proxy.telemetry.exchange import Exchange, NestedTooDeep, ShadowCompare
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.shadow import ShadowComparer
+from proxy.upstream.pool import Upstream
+from proxy.upstream.providers import Provider
+from proxy.upstream.relay import relay
+from proxy.wire.errors import ProxyError
+from proxy.wire.forwarding import header_value
+from proxy.wire.response_writer import ResponseWriter
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+MODES = ("enforce", "shadow", "canary", "off")
+# Bytes of a relayed answer kept to read the prompt tokens it reports (a stream reports them in
+# its first event; a JSON answer at its end).
+HEAD_LIMIT = 256 * 1024
+
+
+@dataclass(slots=True)
+class Draft:
+    """One request while the route's steps prepare it."""
+
+    dialect: Dialect
+    provider: Provider
+    headers: Headers  # the client's
+    url: str
+    exchange: Exchange
+    content: bytes  # what goes upstream: the client's bytes until a view replaces them
+    route_headers: Headers = field(default_factory=list)
+    policy: Policy | None = None
+    mode: str = "off"
+    tenant: str = ""
+    parsed: Parsed | None = None
+    skipped: str | None = None
+    compacted: Compacted | None = None
+    view: dict[str, Any] | None = None  # the view as the dialect's wire body
+    loop: LoopPlan | None = None  # set when the read loop serves the request
+    # The body as the dialect's ``restore`` hook put it back (None: as the client sent it).
+    restored: dict[str, Any] | None = None
+    # The request's counter: each message is counted once however often it is asked for.
+    counter: TokenCounter | None = None
+    wire: KnownBody | None = None  # the client's body as read (what is known of its items)
+
+    def as_sent(self, why: str) -> bool:
+        """The request goes exactly as the client sent it; the header says why."""
+        self.exchange.skipped = why
+        self.route_headers.append((b"x-compaction-skipped", why.encode("ascii", "replace")))
+        return False
+
+
+Step = Callable[[Draft], Awaitable[bool]]
+
+
+class CompactingRoute:
+    def __init__(
+        self,
+        *,
+        dialects: Mapping[str, Dialect],
+        policies: Mapping[str, Policy],
+        default_policy: str,
+        default_mode: str,
+        service: CompactionService,
+        counter: TokenCounter,
+        windows: ScaledWindows,
+        upstream: Upstream,
+        metrics: Metrics,
+        shadow: ShadowComparer,
+        loops: LoopRunner,
+        read_max_lines: int,
+        canary: CanaryArms | None = None,
+    ) -> None:
+        self.dialects = dialects
+        self.policies = policies
+        self.default_policy = default_policy
+        self.default_mode = default_mode
+        self.service = service
+        self.counter = counter
+        self.windows = windows
+        self.upstream = upstream
+        self.metrics = metrics
+        self.shadow = shadow
+        self.loops = loops
+        self.read_max_lines = read_max_lines
+        self.canary = canary
+        self._valid_policies = ", ".join(sorted(policies))
+        self.steps: tuple[Step, ...] = (
+            self.choose,
+            self.read,
+            self.assign_arm,
+            self.let_agent_compaction_pass,
+            self.compact,
+            self.render,
+            self.plan,
+        )
+
+    def draft(
+        self, dialect: str, headers: Headers, content: bytes, url: str, exchange: Exchange, provider: Provider
+    ) -> Draft:
+        draft = Draft(self.dialects[dialect], provider, headers, url, exchange, content)
+        draft.counter = self.counter.for_request()
+        return draft
+
+    async def handle(self, send: Send, draft: Draft) -> None:
+        for step in self.steps:
+            if not await step(draft):
+                break
+        # Released before the upstream wait: only what is sent is kept.
+        draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
+        dialect, exchange = draft.dialect, draft.exchange
+        headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), draft.view)
+        draft.view = None
+        if draft.loop is not None:
+            writer = ResponseWriter(
+                send,
+                extra_headers=[*draft.route_headers, *exchange.extra_headers],
+                error_event=dialect.error_event,
+                error_body=draft.provider.error_body,
+                mark_done=exchange.mark_responded,
+                capture=exchange.canary_capture,
+            )
+            plan, draft.loop = draft.loop, None
+            await self.loops.serve(
+                send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
+            )
+            return
+        content, draft.content = draft.content, b""
+        await relay(
+            upstream=self.upstream,
+            metrics=self.metrics,
+            send=send,
+            method="POST",
+            url=draft.url,
+            headers=headers,
+            content=content,
+            exchange=exchange,
+            route_headers=draft.route_headers,
+            error_event=dialect.error_event,
+            error_body=draft.provider.error_body,
+        )
+
+    async def choose(self, draft: Draft) -> bool:
+        """The policy and mode: the request's headers, else the configuration."""
+        requested = header_value(draft.headers, b"x-compaction-policy")
+        name = requested.decode("latin-1") if requested else self.default_policy
+        policy = self.policies.get(name)
+        if policy is None:
+            message = f"Unknown compaction policy {name!r}. Valid policies: {self._valid_policies}."
+            raise ProxyError(400, message, code="unknown_policy", param="X-Compaction-Policy")
+        requested_mode = header_value(draft.headers, b"x-compaction-mode")
+        mode = requested_mode.decode("latin-1") if requested_mode else self.default_mode
+        if mode not in MODES:
+            message = f"Unknown compaction mode {mode!r}. Valid modes: {', '.join(MODES)}."
+            raise ProxyError(400, message, code="unknown_mode", param="X-Compaction-Mode")
+        exchange = draft.exchange
+        exchange.mode = mode
+        exchange.policy = name if mode != "off" else "off"
+        draft.policy, draft.mode = policy, mode
+        draft.route_headers += [
+            (b"x-compaction-policy", exchange.policy.encode()),
+            (b"x-compaction-mode", mode.encode()),
+        ]
+        draft.tenant = tenant_of(draft.headers)
+        return mode != "off"
+
+    async def read(self, draft: Draft) -> bool:
+        """The body parsed from where it stops repeating the conversation's last one (a large
+        one is left to a worker process, in ``compact``) and read by the dialect. An unreadable
+        body goes as sent, never a 500: the upstream's own error answers it."""
+        large = self.service.large
+        if large.wants(draft.content):
+            return True
+        trace = draft.exchange.trace
+        phase = trace.phase("parse", {"compaction.body_bytes": len(draft.content)}) if trace else None
+        try:
+            return await self._read(draft, large)
+        finally:
+            if phase is not None:
+                phase.end()
+
+    async def _read(self, draft: Draft, large: LargeRequests) -> bool:
+        try:
+            door = draft.dialect
+            body = self.service.bodies.read(draft.tenant, door, draft.headers, draft.content)
+            if large.wants_parsed(body.data):
+                return True  # a worker process reads it again, and compacts it
+            data, restored = await door.restore(draft.tenant, body.data)
+            draft.parsed = door.parse(data, body.lenient, 0 if restored else body.known)
+            if draft.parsed.skipped is None and not restored:
+                body.checked()
+                draft.wire = body.record
+        except (NestedTooDeep, *_UNREADABLE) as exc:
+            return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
+        if restored:
+            draft.parsed.notes["restored_read_rounds"] = restored
+            draft.restored = data
+        draft.skipped = draft.parsed.skipped
+        return True
+
+    async def assign_arm(self, draft: Draft) -> bool:
+        """Canary mode: the session's arm. The holdout goes as the client sent it (as ``full``
+        forwards it); the treated arm is compacted as in enforce mode."""
+        if draft.mode != "canary":
+            return True
+        parsed, exchange = draft.parsed, draft.exchange
+        neutral = parsed.neutral if parsed is not None else None
+        marker = draft.dialect.tool_call_marker
+        arm = await place_in_arm(self.canary, exchange, draft.headers, draft.tenant, neutral, marker)
+        draft.route_headers.append((b"x-compaction-arm", arm.encode()))
+        if arm == "holdout":
+            exchange.policy = "off"
+            draft.parsed = None
+            return False
+        draft.mode = exchange.mode = "enforce"
+        return True
+
+    async def let_agent_compaction_pass(self, draft: Draft) -> bool:
+        """The agent's own compaction request goes as sent when it fits the window (see
+        ``proxy/dialects/agent_compaction.py``); the decision is noted for the event."""
+        parsed = draft.parsed
+        if parsed is None or draft.skipped:
+            return True
+        messages, wire = parsed.neutral["messages"], draft.wire
+        # Where the neutral messages are the body's own list (the chat door), the body reader
+        # knows the last user message; elsewhere the history is scanned.
+        last_user = wire.last_user() if wire is not None and wire.items is messages else None
+        agent = agent_compaction(draft.headers, messages, last_user)
+        if agent is None:
+            return True
+        neutral = parsed.neutral
+        tokens = (draft.counter or self.counter).count_request(neutral).total
+        window = self.windows.window_for(neutral.get("model"))
+        reason, note = passes_as_sent(agent, tokens, window, requested_answer_tokens(neutral))
+        parsed.notes["agent_compaction"] = note
+        if reason:
+            draft.skipped = reason
+        return True
+
+    async def compact(self, draft: Draft) -> bool:
+        """The compaction service makes the view (for a large body, in a worker process)."""
+        trace = draft.exchange.trace
+        phase = trace.phase("compaction") if trace else None
+        try:
+            return await self._compact(draft)
+        finally:
+            if phase is not None:
+                phase.end(**compaction_attributes(draft.exchange))
+
+    async def _compact(self, draft: Draft) -> bool:
+        assert draft.policy is not None
+        # The client's credential is for the provider its request addressed, and only there.
+        base = draft.provider.base
+        origin = (base.scheme, base.host, base.port)
+        parsed = draft.parsed
+        if parsed is None:
+            try:
+                compacted = await self.service.compact_large(
+                    draft.content,
+                    dialect=draft.dialect.name,
+                    policy=draft.policy,
+                    tenant=draft.tenant,
+                    headers=draft.headers,
+                    client_origin=origin,
+                    restore=self._restore_lookup(draft),
+                )
+            except (NestedTooDeep, *_UNREADABLE) as exc:
+                return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
+        else:
+            compacted = await self.service.compact(
+                parsed.neutral,
+                policy=draft.policy,
+                tenant=draft.tenant,
+                headers=draft.headers,
+                skipped=draft.skipped,
+                client_origin=origin,
+                counter=draft.counter,
+            )
+            compacted.stream, compacted.notes, compacted.top_fields = parsed.stream, parsed.notes, parsed.body
+        draft.compacted = compacted
+        exchange = draft.exchange
+        record_compaction(exchange, compacted, draft.tenant, draft.route_headers)
+        if self.windows.factors.default_for(exchange.model) is not None:
+            # A model counted with a factor: its answer's reported prompt tokens calibrate it.
+            exchange.token_factor = self.windows.factors.factor(exchange.model)
+            exchange.head_limit = HEAD_LIMIT
+        return True
+
+    @staticmethod
+    def _restore_lookup(draft: Draft) -> Callable[[list[Any]], Awaitable[Any]] | None:
+        """The dialect's lookup for a worker that reads a large body, if it could find anything."""
+        dialect, tenant = draft.dialect, draft.tenant
+        if not dialect.restores():
+            return None
+
+        async def lookup(wanted: list[Any]) -> Any:
+            return await dialect.restore_found(tenant, wanted)
+
+        return lookup
+
+    async def render(self, draft: Draft) -> bool:
+        """The view as the dialect's wire body (a worker process rendered a large one)."""
+        compacted = draft.compacted
+        assert compacted is not None
+        outcome = compacted.outcome
+        draft.view = compacted.view_body
+        if draft.view is None and outcome.messages is not None and draft.parsed is not None:
+            draft.view = draft.dialect.render(draft.parsed, outcome.messages, outcome.origin or ())
+        if draft.view is None and draft.restored is not None and draft.mode == "enforce":
+            # The policy changed nothing, but what the hook put back must reach the upstream.
+            draft.view = draft.restored
+        return draft.view is not None
+
+    async def plan(self, draft: Draft) -> bool:
+        """How the view goes: compared in the background (shadow), through the read loop when
+        it names a saved output, else relayed."""
+        compacted, view, exchange = draft.compacted, draft.view, draft.exchange
+        assert compacted is not None and view is not None and draft.policy is not None
+        if draft.mode == "shadow":
+            if self.shadow.wanted():
+                headers = draft.provider.upstream_headers(draft.headers)
+                exchange.compare = ShadowCompare(
+                    body=view, url=draft.url, headers=headers, dialect=draft.dialect.name
+                )
+            draft.view = None  # the client's bytes go
+            return False
+        outcome = compacted.outcome
+        encode = view_encoder(draft.wire, verify=self.service.bodies.verify)
+        if (
+            outcome.messages is not None
+            and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
+            and names_a_handle(outcome.messages)
+            and not _several_streamed_choices(view)
+        ):
+            requested = draft.dialect.answer_tokens(view)
+            draft.loop = LoopPlan(
+                draft.dialect.with_read_tool(view, self.read_max_lines),
+                window=self.windows.window_for(compacted.top_fields.get("model")),
+                reserve=max(policy_reserve(draft.policy), requested),
+                requested=requested,
+                handles=tuple(outcome.checkpoint.handles),
+                counter=draft.counter,
+                encode=encode,
+            )
+            draft.view, draft.content = draft.loop.body, b""
+            return True
+        draft.content = encode(view)
+        return True
+
+
+def _several_streamed_choices(body: dict[str, Any]) -> bool:
+    """A stream of ``n`` > 1 choices: the read tool is not offered (each choice would need its
+    own read rounds inside one interleaved stream); the view still names its handles."""
+    n = body.get("n")
+    return body.get("stream") is True and isinstance(n, int) and not isinstance(n, bool) and n > 1
+
+
+# What an adapter raises on a shape it cannot read (a wrong type deep in an item, nesting past
+# the serializer's limit).
+_UNREADABLE = (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError)
+
+
+def _why_unreadable(dialect: str, exc: BaseException) -> str:
+    if isinstance(exc, NestedTooDeep):
+        return "JSON nested too deep to read"
+    return f"unreadable {dialect} body ({type(exc).__name__})"

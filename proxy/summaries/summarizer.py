@@ -1,0 +1,175 @@
+"""Summarizers that call a model: any OpenAI-compatible chat endpoint.
+
+The summarizer has its own base URL, key and model (a cheaper model than the agent's is
+the common choice), a timeout and bounded retries. An answer that is empty or cut off is
+garbage and counts as a failure. After ``breaker_failures`` consecutive failures in a
+session the breaker opens and the session uses the ledger alone for ``breaker_cooldown``
+seconds; every fallback is recorded with its reason by the compaction stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from policies.prompts import summary_messages
+from policies.summarizer import SummaryRequest, SummaryResult
+from proxy.config.sections import SummarizerSettings
+
+_RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
+
+
+class SummarizerError(RuntimeError):
+    """The model gave no usable summary; the message says why (never any content)."""
+
+    # The message is safe to record in events and logs.
+    public = True
+
+
+class BreakerOpen(SummarizerError):
+    pass
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+class OpenAISummarizer:
+    """One per app; ``for_session`` gives the per-session view with its circuit breaker."""
+
+    def __init__(
+        self,
+        settings: SummarizerSettings,
+        *,
+        base_url: str,
+        api_key: str | None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = httpx.AsyncClient(
+            base_url=(settings.base_url or base_url).rstrip("/"),
+            transport=transport,
+            timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
+            trust_env=False,
+        )
+        # The upstream's key and the clients' keys are for the upstream's host: they go to a
+        # summarizer on another host only if configured there explicitly (summarizer.api_key).
+        self.same_host = settings.base_url is None or _origin(settings.base_url) == _origin(base_url)
+        self.api_key = settings.api_key or (api_key if self.same_host else None)
+        self.origin = _origin(settings.base_url or base_url)
+        self.calls = 0
+        self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
+
+    def takes_key_for(self, client_origin: tuple[str, str, int] | None) -> bool:
+        """Whether a client's credential, presented for the upstream at ``client_origin`` (the
+        provider its request addressed), may go to this summarizer: only to that same scheme,
+        host and port. An Anthropic token never goes to an OpenAI host, whatever the config."""
+        return client_origin is not None and client_origin == self.origin
+
+    def for_session(self, session: str, client_key: str | None = None) -> SessionSummarizer:
+        """The summarizer for one session; without a configured key it uses the key of the
+        client whose request is being compacted (the caller passes it only when
+        ``takes_key_for`` the provider the client addressed)."""
+        breaker = self._breakers.pop(session, None) or _Breaker()
+        self._breakers[session] = breaker
+        while len(self._breakers) > 10_000:
+            self._breakers.popitem(last=False)
+        return SessionSummarizer(self, breaker, self.api_key or client_key)
+
+    async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
+        limit = self.settings.max_input_tokens
+        # Input and output share the model's window; ~3 characters per token is conservative
+        # for code and logs.
+        max_chars = (limit - self.settings.max_output_tokens) * 3 if limit else None
+        prompt, messages = summary_messages(request, max_chars=max_chars)
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": messages,
+            "max_tokens": self.settings.max_output_tokens,
+            "temperature": 0,
+        }
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            self.calls += 1
+            try:
+                response = await self.client.post(
+                    "/chat/completions", content=orjson.dumps(body), headers=headers
+                )
+            except httpx.HTTPError as exc:
+                if attempt <= self.settings.max_retries:
+                    await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+                    continue
+                raise SummarizerError(f"summarizer unreachable or timed out ({type(exc).__name__})") from exc
+            if response.status_code in _RETRYABLE and attempt <= self.settings.max_retries:
+                await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+                continue
+            if response.status_code != 200:
+                raise SummarizerError(f"summarizer answered HTTP {response.status_code}")
+            return _parse(response.content, prompt.family, prompt.version, time.perf_counter() - started)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _parse(raw: bytes, family: str, version: str, seconds: float) -> SummaryResult:
+    try:
+        data = orjson.loads(raw)
+        choice = data["choices"][0]
+        text = choice["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise SummarizerError("summarizer answer is not a chat completion") from exc
+    if not isinstance(text, str) or len(text.strip()) < 20:
+        raise SummarizerError("summarizer answer is empty or too short")
+    if choice.get("finish_reason") == "length":
+        raise SummarizerError("summarizer answer was cut off at max_output_tokens")
+    usage = data.get("usage") or {}
+    return SummaryResult(
+        text=text.strip(),
+        model=str(data.get("model") or ""),
+        prompt_family=family,
+        prompt_version=version,
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        seconds=seconds,
+    )
+
+
+@dataclass
+class _Breaker:
+    failures: int = 0
+    open_until: float = 0.0
+
+
+class SessionSummarizer:
+    def __init__(self, parent: OpenAISummarizer, breaker: _Breaker, api_key: str | None) -> None:
+        self.parent = parent
+        self.breaker = breaker
+        self.api_key = api_key
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        settings = self.parent.settings
+        now = time.monotonic()
+        if self.breaker.open_until > now:
+            raise BreakerOpen(f"circuit open after {settings.breaker_failures} consecutive failures")
+        try:
+            result = await self.parent._call(request, self.api_key)
+        except SummarizerError:
+            self.breaker.failures += 1
+            if self.breaker.failures >= settings.breaker_failures:
+                self.breaker.open_until = now + settings.breaker_cooldown
+                self.breaker.failures = 0
+            raise
+        self.breaker.failures = 0
+        return result

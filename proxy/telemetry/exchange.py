@@ -1,0 +1,177 @@
+"""One proxied request: the facts gathered while it is served, for the observers.
+
+The edge creates an ``Exchange`` per request; the route's steps, the relay and the read loop
+fill it in; once the response is out, the finishing steps complete it (the token count a
+model's answer reported), the edge seals it, and every observer (metrics, the compaction
+event, the shadow comparison, the access log) reads the sealed record: none can change what
+another reads, so their order does not matter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from policies.pipeline import Offload, PolicyOutcome
+from proxy.canary.outcome import AnswerCapture
+from proxy.telemetry.tracing import RequestTrace
+from proxy.wire.errors import ProxyError
+
+if TYPE_CHECKING:
+    from proxy.read_loop.loop import LoopResult
+
+
+class ClientDisconnected(Exception):
+    """The client went away; nothing more can be sent to it."""
+
+
+@dataclass(slots=True)
+class ShadowCompare:
+    """A shadow request chosen for comparison: the compacted body, and the real answer."""
+
+    body: dict[str, Any]
+    url: str
+    headers: list[tuple[bytes, bytes]]
+    dialect: str
+    captured: bytearray = field(default_factory=bytearray)
+    captured_sse: bool = False
+
+
+@dataclass(slots=True)
+class Exchange:
+    request_id: str
+    route: str  # a dialect name (chat, responses) or passthrough
+    method: str
+    started: float
+    status: int = 0
+    upstream_seconds: float = 0.0
+    policy: str = "-"
+    mode: str = "-"
+    stream: bool = False
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    error: str | None = None
+    read_rounds: int = 0
+    mechanisms: tuple[str, ...] = ()
+    trigger: str | None = None
+    checkpoint_dropped: bool = False
+    # Why the policy was not applied (a malformed history, lenient JSON, history held upstream).
+    skipped: str | None = None
+    # A request that forked a new session from another one (parent, messages shared, inherited).
+    session_fork: dict[str, Any] | None = None
+    # What the dialect noticed (e.g. the agent's own compaction request, items it keeps as sent).
+    dialect_notes: dict[str, Any] = field(default_factory=dict)
+    # For the compaction event, recorded once the response is out.
+    outcome: PolicyOutcome | None = None
+    tenant: str = ""
+    session: str = ""
+    model: object = None
+    messages_before: int = 0
+    messages_after: int = 0
+    # At a compaction point, the view's messages that replace a client message with new text.
+    view_changed: tuple[int, ...] = ()
+    offloaded_bytes: int = 0
+    reads: LoopResult | None = None
+    compare: ShadowCompare | None = None
+    # A model counted with a token factor (proxy/state/token_factors.py): the factor its view was
+    # held to, and the head of a relayed answer, which reports the real prompt tokens.
+    token_factor: float | None = None
+    head_limit: int = 0
+    answer_head: bytearray = field(default_factory=bytearray)
+    answer_sse: bool = False
+    # What the compaction event records about the count (the proxy's, estimated, reported).
+    token_count: dict[str, Any] | None = None
+    # Set just before the last body message: from then on a disconnect is the normal end.
+    responded: bool = False
+    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # The request's trace (proxy/telemetry/tracing.py) when tracing is on, else None.
+    trace: RequestTrace | None = None
+    # Canary mode: the session's arm and key, what the relay kept of the answer, and the tool
+    # calls of the agent's last step it had made before.
+    arm: str | None = None
+    canary_key: str = ""
+    canary_capture: AnswerCapture | None = None
+    repeats: int = 0
+
+    def mark_responded(self) -> None:
+        self.responded = True
+
+    def seal(self) -> None:
+        """From now on a read-only record (``SealedExchange``): a write raises."""
+        self.__class__ = SealedExchange
+
+
+class SealedExchange(Exchange):
+    """An ``Exchange`` once the response is out and its facts are complete: what observers get.
+    (A class swap rather than a flag: the hot path's writes cost nothing extra.)"""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the request's record is sealed: {name} cannot change")
+
+
+def new_request_id() -> str:
+    return "cpx-" + os.urandom(12).hex()
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if status else "none"
+
+
+def kept_for_event(outcome: PolicyOutcome) -> PolicyOutcome:
+    """The outcome as the compaction event needs it once the request is forwarded: without the
+    client's messages or the offloaded texts, and without the view and where its messages
+    came from unless this request is a compaction point (whose event holds the view itself)."""
+    # Built field by field: ``dataclasses.replace`` inspects the fields on every call, and
+    # this runs once a request.
+    point = bool(outcome.trigger)
+    return PolicyOutcome(
+        messages=outcome.messages if point else None,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        mechanisms=outcome.mechanisms,
+        checkpoint=outcome.checkpoint,
+        facts=outcome.facts,
+        offloads={h: Offload(o.handle, "", o.description) for h, o in outcome.offloads.items()},
+        original=(),
+        trigger=outcome.trigger,
+        origin=outcome.origin if point else None,
+    )
+
+
+def _lenient_int(digits: str) -> int | str:
+    """An integer as Python reads it; past Python's 4,300-digit limit, its digits (the body
+    is forwarded as sent, so the value itself is never needed)."""
+    return int(digits) if len(digits) <= 4000 else digits
+
+
+class NestedTooDeep(Exception):
+    """A body nested deeper than either parser reads: forwarded as sent, never compacted."""
+
+
+def parse_json(body: bytes) -> tuple[Any, bool]:
+    """The parsed body, and whether only Python's lenient parser could read it. A body nested
+    deeper than both parsers go raises ``NestedTooDeep`` (the caller forwards it as sent)."""
+    try:
+        return orjson.loads(body), False
+    except orjson.JSONDecodeError:
+        # orjson refuses integers beyond 64 bits, NaN and lone surrogate escapes, which
+        # Python's parser reads; such a request is still forwarded, but as the client sent it.
+        try:
+            return json.loads(body, parse_int=_lenient_int), True
+        except RecursionError as exc:
+            raise NestedTooDeep() from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProxyError(400, "We could not parse the JSON body of your request.") from exc
+
+
+def dump_json(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # what only the lenient parser reads
+        return json.dumps(body, separators=(",", ":")).encode()

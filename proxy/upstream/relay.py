@@ -1,0 +1,119 @@
+"""Sending a request upstream and relaying the answer byte for byte: the passthrough routes, and
+the compacted requests whose view names no saved output."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import upstream_call
+from proxy.upstream.pool import Upstream, failure_kind, stream_failure, upstream_failure
+from proxy.wire.errors import ErrorBody, openai_error_body
+from proxy.wire.forwarding import client_response_headers, header_value
+from proxy.wire.response_writer import ErrorEvent, ResponseWriter, chat_error_event
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+_SSE = b"text/event-stream"
+# Bytes of a real answer kept for a shadow comparison.
+CAPTURE_LIMIT = 16 * 1024 * 1024
+
+
+async def relay(
+    *,
+    upstream: Upstream,
+    metrics: Metrics,
+    send: Send,
+    method: str,
+    url: str,
+    headers: list[tuple[bytes, bytes]],
+    content: bytes,
+    exchange: Exchange,
+    route_headers: list[tuple[bytes, bytes]] | None,
+    error_event: ErrorEvent = chat_error_event,
+    error_body: ErrorBody = openai_error_body,
+) -> None:
+    """``route_headers``: the compaction headers of a dialect route (None: passthrough)."""
+    call = upstream_call(exchange.trace, url)
+    if call is not None and exchange.trace is not None:
+        headers = exchange.trace.upstream_headers(headers, call)
+        call.attributes["http.request.method"] = method
+    sent_at = time.perf_counter()
+    try:
+        response = await upstream.open(method, url, headers, content)
+    except httpx.HTTPError as exc:
+        exchange.upstream_seconds = time.perf_counter() - sent_at
+        exchange.error = failure_kind(exc)
+        if call is not None:
+            call.error = exchange.error
+            call.end()
+        raise upstream_failure(exc, request_id=exchange.request_id) from None
+    del content  # sent: not kept while the answer streams
+    writer = ResponseWriter(
+        send,
+        extra_headers=exchange.extra_headers,
+        error_event=error_event,
+        error_body=error_body,
+        mark_done=exchange.mark_responded,
+        capture=exchange.canary_capture,
+    )
+    try:
+        _start(writer, response, exchange, route_headers)
+        await writer.write(b"")  # headers now: a stream's first event may take the model a while
+        compare = exchange.compare
+        head_limit = exchange.head_limit if response.status_code == 200 else 0
+        first = True
+        stream, last = response.stream, b""
+        try:
+            async for chunk in stream:  # type: ignore[union-attr]
+                if first and exchange.stream:
+                    metrics.ttfb_seconds.labels(exchange.policy).observe(
+                        time.perf_counter() - exchange.started
+                    )
+                    first = False
+                if compare is not None and len(compare.captured) < CAPTURE_LIMIT:
+                    compare.captured += chunk
+                if len(exchange.answer_head) < head_limit:
+                    exchange.answer_head += chunk[: head_limit - len(exchange.answer_head)]
+                if getattr(stream, "drained", False):
+                    # The answer is all in: its last bytes end the response in one send.
+                    last = chunk
+                    continue
+                await writer.write(chunk)
+        except httpx.HTTPError as exc:
+            error = stream_failure(exc, request_id=exchange.request_id)
+            exchange.error = error.code
+            metrics.errors.labels(exchange.error).inc()
+            await writer.fail(error)
+            return
+        await writer.finish(last)
+    finally:
+        exchange.upstream_seconds = time.perf_counter() - sent_at
+        await response.aclose()
+        if call is not None:
+            call.error = exchange.error
+            call.end(**{"http.response.status_code": response.status_code})
+
+
+def _start(
+    writer: ResponseWriter,
+    response: httpx.Response,
+    exchange: Exchange,
+    route_headers: list[tuple[bytes, bytes]] | None,
+) -> None:
+    """The client response's status and headers: the upstream's, with the route's own."""
+    out_headers = client_response_headers(response.headers.raw)
+    if route_headers is not None:
+        if header_value(out_headers, b"x-request-id") is None:
+            out_headers.append((b"x-request-id", exchange.request_id.encode()))
+        out_headers.extend(route_headers)
+    exchange.status = response.status_code
+    is_sse = _SSE in (response.headers.get("content-type", "").encode("latin-1"))
+    if exchange.compare is not None:
+        exchange.compare.captured_sse = is_sse
+    exchange.answer_sse = is_sse
+    writer.start(response.status_code, out_headers, streaming=is_sse)
