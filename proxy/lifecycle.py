@@ -4,18 +4,16 @@ expiry, token factors saved, ``malloc_trim``)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import os
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from proxy import package_version
 from proxy.config.settings import Settings
+from proxy.parts import AppParts
 from proxy.state.memory import malloc_trim, trim_forever
 from proxy.state.store_factory import describe_store
-
-if TYPE_CHECKING:  # the factory's graph, built in proxy/app.py, which imports this module
-    from proxy.app import AppParts
 
 
 def prepare_state_dir(path: str) -> Path:
@@ -25,13 +23,6 @@ def prepare_state_dir(path: str) -> Path:
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(state, 0o700)
     return state
-
-
-def package_version() -> str:
-    try:
-        return importlib.metadata.version("compaction-proxy")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
 
 
 class Lifecycle:

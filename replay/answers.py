@@ -14,20 +14,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import orjson
 
 from policies.conversation import Message, message_text
-from replay.config import ModelEndpoint
+from replay.config import ModelEndpoint, ReplayConfig
 
 if TYPE_CHECKING:
     from replay.cases import Case
     from replay.questions import Question
-    from replay.run import Replayer
+    from replay.upstream import Ticket
 
 AnswerRun = dict[str, Any]
+
+
+class AnswerAsker(Protocol):
+    """What answering a question asks of the replayer (``replay/replayer.py``): the run's
+    configuration and one answering turn through the proxy."""
+
+    config: ReplayConfig
+
+    async def post_answer_request(
+        self, arm: str, session: str, case: Case, messages: Sequence[Message]
+    ) -> tuple[httpx.Response, Ticket]: ...
+
 
 SANDBOX_SHUTDOWN = (
     "The sandbox has been shut down: commands and file operations can no longer run. "
@@ -46,7 +58,7 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any]:
 
 
 async def answer_question(
-    replayer: Replayer, arm: str, case: Case, session: str, question: Question, repeat: int
+    replayer: AnswerAsker, arm: str, case: Case, session: str, question: Question, repeat: int
 ) -> AnswerRun:
     """Ask one question from the arm's view; returns the answer and what it cost."""
     config = replayer.config

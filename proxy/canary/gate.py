@@ -25,11 +25,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
-
-import msgspec
+from typing import Any
 
 from proxy.canary.stats import Interval, mean_difference, share_difference, z_for
+from proxy.config.sections import CanaryGate
+from proxy.dialects.base import Usage
 
 ARMS = ("treated", "holdout")
 # Added per request to a session's figures (the store sums them).
@@ -48,49 +48,9 @@ COUNTED = (
 )
 
 
-class CanaryGate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    # Sessions each arm needs before the gate judges anything.
-    min_sessions: Annotated[int, msgspec.Meta(ge=1)] = 30
-    # At most this many more points of requests answered with a context-window error.
-    max_context_error_increase: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02
-    # At most this many more points of requests answered with any other upstream error.
-    max_error_increase: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.05
-    # Re-acquisitions per session (read_tool_output calls and repeated tool calls) at most this
-    # many times the holdout's, beyond a floor of extra ones always tolerated.
-    max_reacquisition_ratio: Annotated[float, msgspec.Meta(ge=1)] = 1.5
-    reacquisition_floor: Annotated[float, msgspec.Meta(ge=0)] = 0.5
-    # Cost per session at most this many times the holdout's.
-    max_cost_ratio: Annotated[float, msgspec.Meta(gt=0)] = 1.0
-    confidence: Annotated[float, msgspec.Meta(gt=0.5, lt=1)] = 0.95
-
-
-class CanarySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    # The share of sessions the policy is applied to (mode: canary); the rest is the holdout.
-    share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
-    # Change it to draw a new split of sessions.
-    salt: str = "canary"
-    gate: CanaryGate = msgspec.field(default_factory=CanaryGate)
-    # How often each replica reads the figures back and judges.
-    evaluate_every_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    # A session whose last answer asked for a tool and which has been idle this long was
-    # abandoned mid-tool-loop; one whose last answer had no tool call ended with an answer.
-    idle_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
-
-
 def arm_of(salt: str, tenant: str, session: str, share: float) -> str:
     digest = hashlib.blake2b(f"{salt}\x1f{tenant}\x1f{session}".encode(), digest_size=8).digest()
     return "treated" if int.from_bytes(digest, "big") / 2**64 < share else "holdout"
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Prompt tokens as the provider billed them: ``prompt`` in all, ``cached`` read from the
-    prompt cache, ``written`` into it (Anthropic), and the answer's ``output``."""
-
-    prompt: int = 0
-    cached: int = 0
-    written: int = 0
-    output: int = 0
 
 
 @dataclass(frozen=True, slots=True)

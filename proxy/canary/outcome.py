@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from proxy.canary.gate import Usage
+from proxy.dialects.base import Usage
+from proxy.telemetry.exchange import KEEP
 
-KEEP = 64 * 1024
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 # How providers word an answer to a request over the model's window.
 _CONTEXT_MARKERS = (
@@ -32,30 +31,6 @@ _CONTEXT_MARKERS = (
     b"context window",
     b"too many tokens",
 )
-
-
-@dataclass(slots=True)
-class AnswerCapture:
-    tool_marker: bytes
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    tool_call: bool = False
-
-    def take(self, chunk: bytes) -> None:
-        # The first KEEP bytes, and the last KEEP (what does not fit the head goes to the tail,
-        # so an answer written in one piece keeps its end: the usage).
-        room = max(0, KEEP - len(self.head))
-        self.head += chunk[:room]
-        rest = chunk[room:]
-        if rest:
-            self.tail += rest
-            if len(self.tail) > 2 * KEEP:
-                del self.tail[:-KEEP]
-        if not self.tool_call and self.tool_marker in chunk:
-            self.tool_call = True
-
-    def raw(self) -> bytes:
-        return bytes(self.head) + bytes(self.tail[-KEEP:])
 
 
 def usage_objects(raw: bytes) -> list[dict[str, Any]]:

@@ -19,15 +19,16 @@ from typing import Any
 
 import orjson
 
-from proxy.canary.gate import CanarySettings, Prices, Usage, arm_of, judge, split_arms
-from proxy.canary.outcome import AnswerCapture, add_usage, is_context_error, repeated_calls, usage_objects
+from proxy.canary.gate import Prices, arm_of, judge, split_arms
+from proxy.canary.outcome import add_usage, is_context_error, repeated_calls, usage_objects
 from proxy.canary.store import CanaryBook
+from proxy.config.sections import CanarySettings
 from proxy.config.settings import Settings
 from proxy.dialects.agent_compaction import agent_compaction
-from proxy.dialects.base import Dialect
+from proxy.dialects.base import Dialect, Usage
 from proxy.state.sessions import root_session
 from proxy.telemetry.events import EventSink
-from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.exchange import AnswerCapture, Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.session_summary import PriceColumn
 from proxy.wire.forwarding import header_value

@@ -17,10 +17,10 @@ import socket
 import sqlite3
 import stat
 import tempfile
-import urllib.parse
 from pathlib import Path
 
 from proxy.config.settings import Settings
+from proxy.state.store_factory import redact_url
 
 
 class PreflightError(RuntimeError):
@@ -104,17 +104,6 @@ def check_state_dir(path: str) -> None:
                 f"{resolved / name} is a symbolic link; the proxy writes its state files itself: "
                 "remove the link (or point state_dir at the directory it led to)"
             )
-
-
-def redact_url(url: str) -> str:
-    """A store or upstream URL without its password, for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = (parts.username or "") + ":***@" + (parts.hostname or "")
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def check_sqlite_file(path: Path) -> None:

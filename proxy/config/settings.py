@@ -13,29 +13,39 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 import yaml
 
 from policies.builtin_policies import builtin_policy_table
-from policies.encodings import CounterBackend
 from policies.pipeline import PolicySpec
-from policies.tokens import DEFAULT_MODEL_ENCODINGS
 from policies.windows import DEFAULT_CONTEXT_WINDOWS
-from proxy.canary.gate import CanarySettings
 from proxy.config.merge import (
-    DEFAULT_MODEL_FACTORS,
     MergeError,
     apply_models,
     builtin_models,
     merge_policies,
 )
-from proxy.config.sections import SummarizerSettings
-from proxy.telemetry.tracing import TracingSettings
-
-EncodingName = Literal["o200k_base", "cl100k_base"]
-Mode = Literal["enforce", "shadow", "canary", "off"]
+from proxy.config.sections import (
+    AnthropicSettings,
+    CanarySettings,
+    EventSettings,
+    LoggingSettings,
+    Mode,
+    ModelSettings,
+    PolicySettings,
+    ReadToolSettings,
+    Section,
+    ServerSettings,
+    SessionSettings,
+    ShadowSettings,
+    StoreSettings,
+    SummarizerSettings,
+    TokenSettings,
+    TracingSettings,
+    UpstreamSettings,
+)
 
 ENV_CONFIG = "COMPACTION_PROXY_CONFIG"
 ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
@@ -54,186 +64,6 @@ class ConfigError(ValueError):
     """The configuration cannot be used; the message names the source and the key."""
 
 
-class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    pass
-
-
-class ServerSettings(_Section, frozen=True):
-    host: str = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
-    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
-    admin_token: str | None = None
-    # Clients that present no credential, while upstream.api_key is set, are refused (401)
-    # unless this is true: they then all share ONE tenant, so everyone on the network sees
-    # everyone's saved outputs and events. (Without upstream.api_key, such clients reach a
-    # keyless upstream, e.g. a local model server, as that one shared tenant.)
-    allow_anonymous: bool = False
-    # The request line and headers together, in bytes; larger ones get a 431 and are closed.
-    max_header_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 65536
-    # Seconds for a request's headers to arrive (from the connection, or from the first byte of
-    # the next request on a kept-alive connection), and the longest wait for the next bytes of
-    # its body; past either, a 408 and the connection is closed (slow or stuck clients).
-    header_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
-    body_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    # Chat bodies over this many bytes, or with more than this many messages, are parsed,
-    # counted and compacted in a pool of large_request_workers processes, so that they never
-    # hold the event loop (other clients and /healthz stay fast while they are processed).
-    large_request_bytes: Annotated[int, msgspec.Meta(ge=65536)] = 8 * 1024 * 1024
-    large_request_messages: Annotated[int, msgspec.Meta(ge=10)] = 2000
-    large_request_workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
-    # Worker processes. With more than one, metrics use prometheus-client's multiprocess mode
-    # and session checkpoints are read from the store on every request (workers share it).
-    workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
-    # Seconds between glibc malloc_trim calls that return freed heap pages to the OS (0: never).
-    malloc_trim_seconds: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-
-
-class UpstreamSettings(_Section, frozen=True):
-    base_url: str = "https://api.openai.com/v1"
-    api_key: str | None = None
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 600.0
-    connect_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
-    max_keepalive_connections: Annotated[int, msgspec.Meta(ge=0)] = 128
-    # The wire client under the httpx transport seam: the proxy's own HTTP/1.1 client
-    # (``builtin``: httptools' C parser on asyncio, the least CPU), aiohttp's, or httpx's.
-    http_client: Literal["builtin", "aiohttp", "httpx"] = "builtin"
-    # What the proxy reads of an upstream's answer to its own read_tool_output rounds: a JSON
-    # body and one event of a stream at most (past them: a clean 502 upstream_too_large).
-    max_response_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = 64 << 20
-    max_event_bytes: Annotated[int, msgspec.Meta(ge=1 << 16)] = 16 << 20
-
-    def __post_init__(self) -> None:
-        if not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError("must be an http:// or https:// URL")
-        if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
-            raise ValueError("must be a plain URL: no query, fragment or backslash")
-        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError("must not hold user:password@; set the key with api_key instead")
-
-
-class AnthropicSettings(_Section, frozen=True):
-    # As Anthropic's SDKs take it (no /v1): requests to /v1/messages go to <base_url>/v1/messages.
-    base_url: str = "https://api.anthropic.com"
-    # Sent as x-api-key for clients that send no credential of their own.
-    api_key: str | None = None
-
-    def __post_init__(self) -> None:
-        UpstreamSettings(base_url=self.base_url)  # the same URL rules
-
-
-class ModelSettings(_Section, frozen=True):
-    # Context window in tokens, the packaged encoding that counts them, and for models whose
-    # tokenizer is not packaged the factor applied to that count (null: the next matching entry's).
-    window: Annotated[int, msgspec.Meta(ge=1024)] | None = None
-    encoding: EncodingName | None = None
-    token_factor: Annotated[float, msgspec.Meta(gt=0.1, le=10)] | None = None
-    # US dollars per million tokens: the session page's savings and the canary's cost (null: none).
-    input_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    cached_input_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    cache_write_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    output_price: Annotated[float, msgspec.Meta(ge=0)] | None = None
-
-
-class TokenSettings(_Section, frozen=True):
-    default_encoding: EncodingName = "o200k_base"
-    model_encodings: dict[str, EncodingName] = msgspec.field(
-        default_factory=lambda: dict(DEFAULT_MODEL_ENCODINGS)  # type: ignore[arg-type]
-    )
-    cache_max_chars: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
-    # What counts: ``auto`` uses rs_bpe (two to three times faster) once it has counted a probe
-    # set exactly as tiktoken does, tiktoken otherwise; ``tiktoken`` always uses tiktoken.
-    counter: CounterBackend = "auto"
-    # Models whose tokenizer is not packaged: the packaged encoding's count times this factor is
-    # their count (glob patterns, first match wins). 1.3 is Claude's measured ratio to o200k on
-    # code and prose (about 1.15-1.25) with a safety margin.
-    model_factors: dict[str, Annotated[float, msgspec.Meta(gt=0.1, le=10)]] = msgspec.field(
-        default_factory=lambda: dict(DEFAULT_MODEL_FACTORS)
-    )
-    # Learn those models' factors from the prompt tokens the upstream reports (per model,
-    # bounded, kept in <state_dir>/token_factors.json), so the window is held to the real count.
-    calibrate: bool = True
-
-
-class StoreSettings(_Section, frozen=True):
-    backend: Literal["sqlite", "redis"] = "sqlite"
-    # With backend redis: the server every replica shares.
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    # SQLite file (null: <state_dir>/compaction.db).
-    path: str | None = None
-    keep_days: Annotated[float, msgspec.Meta(gt=0)] = 7.0
-    expiry_interval_seconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
-    # SQLite: how long a statement waits for another process's lock before the request goes
-    # on uncompacted (fail open).
-    busy_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 1.0
-    # SQLite: how long a batch of events waits for more before it is written (one transaction
-    # per batch; the events API writes this process's waiting batch before it reads).
-    event_batch_seconds: Annotated[float, msgspec.Meta(ge=0, le=5)] = 0.05
-    # Redis: how long a command waits to connect or for an answer (retried once) before the
-    # request goes on uncompacted; after a failure the store pauses for a second.
-    redis_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.5
-
-
-class ReadToolSettings(_Section, frozen=True):
-    max_rounds: Annotated[int, msgspec.Meta(ge=0, le=32)] = 4
-    max_lines: Annotated[int, msgspec.Meta(ge=1)] = 1000
-    # read_tool_output calls answered per model answer; further ones are told to wait.
-    max_calls_per_answer: Annotated[int, msgspec.Meta(ge=1, le=128)] = 8
-    # Longest line of a read result, in characters (longer ones are clipped with a marker).
-    max_line_chars: Annotated[int, msgspec.Meta(ge=80)] = 2000
-    # Most bytes and tokens in one read result (also bounded by the room left in the window).
-    max_result_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 65536
-    max_result_tokens: Annotated[int, msgspec.Meta(ge=100)] = 8000
-    # Most bytes of read results per client request, over all rounds.
-    max_total_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 262144
-    # Seconds a read (pattern search, formatting) may take in its worker thread.
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 5.0
-
-
-class ShadowSettings(_Section, frozen=True):
-    # Also send a sample of compacted views upstream in the background and compare decisions.
-    compare: bool = False
-    sample_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
-    max_concurrent: Annotated[int, msgspec.Meta(ge=1)] = 4
-
-
-class EventSettings(_Section, frozen=True):
-    # Also record a light event for requests on which the policy did nothing.
-    record_skipped: bool = False
-    # Append every event as a JSON line to this file too (null: the store only).
-    jsonl_path: str | None = None
-
-
-class SessionSettings(_Section, frozen=True):
-    # Sessions whose checkpoints are kept in memory; the least recently used go first.
-    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
-    # Each recent conversation's last request is kept (its body, messages, counts and digests)
-    # so the next one parses, counts and digests only what it adds; this bounds the tokens
-    # they hold (the bodies: 4 bytes a token; 0: off).
-    known_prefix_tokens: Annotated[int, msgspec.Meta(ge=0)] = 8 * 1024 * 1024
-
-
-class LoggingSettings(_Section, frozen=True):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["json", "console"] = "json"
-
-
-class PinSettings(_Section, frozen=True):
-    # Results of these tools (with their calls) are never cleared, offloaded or summarized.
-    tools: list[str] = msgspec.field(default_factory=list)
-    # Messages whose text matches one of these regular expressions are kept verbatim too.
-    patterns: list[str] = msgspec.field(default_factory=list)
-
-
-class PolicySettings(_Section, frozen=True):
-    description: str = ""
-    # Ordered stage configurations; their keys are validated by policies.pipeline.
-    stages: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    # Final token safeguard: the view never exceeds the model's window.
-    safeguard: bool = True
-    pins: PinSettings = msgspec.field(default_factory=lambda: PinSettings())
-
-
 def _default_policies() -> dict[str, PolicySettings]:
     return {name: msgspec.convert(spec, PolicySettings) for name, spec in builtin_policy_table().items()}
 
@@ -242,7 +72,7 @@ def _default_windows() -> dict[str, int]:
     return dict(DEFAULT_CONTEXT_WINDOWS)
 
 
-class Settings(_Section, frozen=True):
+class Settings(Section, frozen=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
     anthropic: AnthropicSettings = msgspec.field(default_factory=AnthropicSettings)

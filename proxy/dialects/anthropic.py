@@ -30,12 +30,11 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
-from proxy.canary.gate import Usage
 from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_request, breakpoint_blocks
 from proxy.dialects.anthropic_messages import Read, read_messages, render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
-from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, int_field
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, Usage, int_field
 from proxy.dialects.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
 from proxy.read_tool.tool import TOOL_NAME, tool_schema
 from proxy.telemetry.shadow import FINAL_ANSWER, decision_signature

@@ -19,7 +19,6 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
-from proxy.canary.gate import Usage
 from proxy.wire.errors import ProxyError
 from proxy.wire.response_writer import ResponseWriter
 
@@ -352,3 +351,14 @@ class BaseDialect:
 
     def cache_marks(self, parsed: Parsed) -> list[int]:
         return []
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Prompt tokens as the provider billed them: ``prompt`` in all, ``cached`` read from the
+    prompt cache, ``written`` into it (Anthropic), and the answer's ``output``."""
+
+    prompt: int = 0
+    cached: int = 0
+    written: int = 0
+    output: int = 0

@@ -23,9 +23,10 @@ from typing import Any
 
 import httpx
 
+from proxy.config.sections import TracingSettings
 from proxy.observe import otlp_wire as wire
 from proxy.telemetry.exchange import Exchange
-from proxy.telemetry.tracing import RequestTrace, SpanRecord, TracingSettings
+from proxy.telemetry.tracing import RequestTrace, SpanRecord
 
 # The provider each door's API is, as GenAI conventions name it.
 _GEN_AI_PROVIDER = {"chat": "openai", "responses": "openai", "anthropic": "anthropic"}

@@ -1,25 +1,17 @@
-"""One answer's ``read_tool_output`` calls: what each read is given, and the reads themselves.
+"""One answer's ``read_tool_output`` calls: what each read is given and which to run next.
 
 ``AnswerReads`` is pure (``ReadLoop`` drives it, after choosing the room): the reads of one
-answer share the room by need, and say which reads to run next. ``run_reads`` and
-``read_saved_output`` are the I/O, run by the loop driver: each read rendered (or searched,
-handle ``*``) against the store in a worker thread within a time limit.
+answer share the room by need, and say which reads to run next. The reads themselves, against
+the store, are the driver's I/O (``store_reads.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from policies.tokens import TokenCounter
-from proxy.read_tool.search import search_saved_outputs
-from proxy.read_tool.tool import SEARCH_ALL, BadArguments, ReadArguments, ReadResult, parse_arguments, render
-from proxy.state.store import Store
-
-if TYPE_CHECKING:  # the loop imports this module; these are its types
-    from proxy.read_loop.loop import LoopLimits, ReadLoop
+from proxy.read_tool.tool import ReadResult
 
 # Below this many tokens of room, a read returns nothing but the advice to go on without it.
 MIN_READ_TOKENS = 48
@@ -114,118 +106,3 @@ class AnswerReads:
             left -= sum(sizes[i] for i in small)
             large = [i for i in large if i not in small]
         return large, left // len(large) if large else 0
-
-
-async def run_reads(reads: Sequence[ReadCall], loop: ReadLoop, store: Store, tenant: str) -> list[ReadResult]:
-    """A ``Read`` of ``loop`` against the store, in order."""
-    return [
-        await read_saved_output(
-            store,
-            tenant,
-            read.arguments,
-            limits=loop.limits,
-            room=read.room,
-            counter=loop.counter,
-            encoding=loop.encoding,
-            bytes_read=read.bytes_read,
-            handles=loop.handles,
-        )
-        for read in reads
-    ]
-
-
-async def read_saved_output(
-    store: Store,
-    tenant: str,
-    arguments: Any,
-    *,
-    limits: LoopLimits,
-    room: int,
-    counter: TokenCounter,
-    encoding: str,
-    bytes_read: int = 0,
-    handles: tuple[str, ...] = (),
-) -> ReadResult:
-    """One ``read_tool_output`` call: the result text and its outcome (``ok``, ``truncated``,
-    ``not_found``, ``expired``, ``bad_arguments``, ``limited``, ``store_error``, ``timeout``).
-    Handle ``*`` with a pattern searches every saved output of ``handles``."""
-    try:
-        args = parse_arguments(arguments, limits.read.max_lines)
-    except BadArguments as exc:
-        return ReadResult(str(exc), "bad_arguments")
-    if bytes_read >= limits.max_total_bytes:
-        return ReadResult(
-            f"Error: this answer has read {bytes_read} bytes of saved outputs, the limit per request; "
-            "go on with what you have.",
-            "limited",
-        )
-    if room < MIN_READ_TOKENS:
-        return ReadResult(NO_ROOM, "no_room")
-    if args.handle == SEARCH_ALL:
-        try:
-            return await _search(store, tenant, args, limits, room, counter, encoding, bytes_read, handles)
-        except BadArguments as exc:
-            return ReadResult(str(exc), "bad_arguments")
-        except TimeoutError:
-            return ReadResult("Error: the search took too long; use a simpler pattern.", "timeout")
-    try:
-        stored = await store.get_output(tenant, args.handle)
-    except Exception:  # the store is down: the model is told, the request goes on
-        return ReadResult(f"Error: the saved output {args.handle!r} cannot be read right now.", "store_error")
-    if stored is None:
-        return ReadResult(f"Error: no saved output with handle {args.handle!r} was found.", "not_found")
-    if stored.content is None:
-        return ReadResult(
-            f"Error: the saved output {args.handle!r} has expired and can no longer be read.", "expired"
-        )
-    read_limits = replace(
-        limits.read,
-        max_result_bytes=max(256, min(limits.read.max_result_bytes, limits.max_total_bytes - bytes_read)),
-    )
-    try:
-        return await asyncio.wait_for(
-            asyncio.to_thread(
-                render,
-                args.handle,
-                stored.content,
-                args,
-                limits=read_limits,
-                budget_tokens=room,
-                counter=counter,
-                encoding=encoding,
-            ),
-            timeout=limits.timeout_seconds,
-        )
-    except BadArguments as exc:
-        return ReadResult(str(exc), "bad_arguments")
-    except TimeoutError:
-        return ReadResult(
-            "Error: the read took too long; ask for fewer lines or a simpler pattern.", "timeout"
-        )
-
-
-async def _search(
-    store: Store,
-    tenant: str,
-    args: ReadArguments,
-    limits: LoopLimits,
-    room: int,
-    counter: TokenCounter,
-    encoding: str,
-    bytes_read: int,
-    handles: tuple[str, ...],
-) -> ReadResult:
-    return await search_saved_outputs(
-        store,
-        tenant,
-        args,
-        handles,
-        limits=replace(
-            limits.read,
-            max_result_bytes=max(256, min(limits.read.max_result_bytes, limits.max_total_bytes - bytes_read)),
-        ),
-        timeout_seconds=limits.timeout_seconds,
-        room=room,
-        counter=counter,
-        encoding=encoding,
-    )

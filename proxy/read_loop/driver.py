@@ -20,10 +20,11 @@ import httpx
 import orjson
 
 from proxy.dialects.base import Answer, StreamCodec
-from proxy.read_loop.answers import run_reads
-from proxy.read_loop.loop import Command, Done, Fail, LoopResult, Read, ReadLoop, Received, Send
+from proxy.read_loop.commands import Command, Done, Fail, Read, Received, Send
+from proxy.read_loop.loop import ReadLoop
+from proxy.read_loop.store_reads import run_reads
 from proxy.state.store import Store
-from proxy.telemetry.exchange import dump_json
+from proxy.telemetry.exchange import LoopResult, dump_json
 from proxy.telemetry.tracing import RequestTrace, upstream_call
 from proxy.upstream.pool import Upstream, failure_kind, stream_failure, upstream_failure
 from proxy.wire.errors import ProxyError

@@ -27,14 +27,25 @@ runs a ``Read`` against the store (for the driver).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, Dialect
-from proxy.read_loop.answers import MIN_READ_TOKENS, NO_ROOM, AnswerReads, ReadCall
-from proxy.read_tool.tool import BadArguments, ReadLimits, ReadResult, parse_arguments
+from proxy.read_loop.answers import MIN_READ_TOKENS, NO_ROOM, AnswerReads
+from proxy.read_loop.commands import (
+    Command,
+    Done,
+    Fail,
+    LoopLimits,
+    LoopMisuse,
+    Read,
+    Received,
+    Send,
+)
+from proxy.read_tool.tool import BadArguments, ReadResult, parse_arguments
+from proxy.telemetry.exchange import LoopResult
 from proxy.wire.errors import ProxyError
 
 # Tokens a tool message costs beyond its content (framing, role, the call id).
@@ -56,98 +67,6 @@ def withdrawn_note(arguments: Any) -> str:
     except BadArguments:
         handle = "?"
     return f"{_WITHDRAWN}; read handle={handle} again if you still need it.]"
-
-
-@dataclass(frozen=True, slots=True)
-class LoopLimits:
-    max_rounds: int = 4
-    max_calls_per_answer: int = 8
-    max_total_bytes: int = 262_144
-    read: ReadLimits = field(default_factory=ReadLimits)
-    timeout_seconds: float = 5.0
-    # What an upstream's answer to a read round may be at most: a JSON body, one stream event.
-    max_response_bytes: int = 64 << 20
-    max_event_bytes: int = 16 << 20
-
-
-@dataclass
-class LoopResult:
-    rounds: int = 0
-    reads: list[str] = field(default_factory=list)  # outcome of each read: ok, truncated, not_found...
-    usage_per_round: list[dict[str, Any]] = field(default_factory=list)
-    # Prompt tokens of each request sent upstream, in the proxy's count.
-    round_tokens: list[int] = field(default_factory=list)
-    bytes_read: int = 0
-    status: int = 0
-    upstream_seconds: float = 0.0
-    error: str | None = None
-    # The last round's answer as the model wrote it (its items, in the dialect's shape).
-    final_answer: list[Any] | None = None
-    # Earlier read results withdrawn (replaced by a note naming their handle) to make room.
-    withdrawn: int = 0
-
-    @property
-    def largest_request(self) -> int:
-        return max(self.round_tokens, default=0)
-
-
-# --- the commands ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``body`` upstream, feed back its answer; the client's response is to say the
-    largest request so far (this one included) and the rounds answered."""
-
-    body: dict[str, Any]
-    tokens_after: int
-    read_rounds: int
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """Reads that do not depend on each other (one whose byte count depends on another's
-    result comes in a later ``Read``); ``resolved`` takes one result per read, in order."""
-
-    reads: tuple[ReadCall, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The answer fed last goes to the client, with ``usage`` summed over the rounds."""
-
-    usage: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """The request ends with ``error`` (by the writer's one failure rule)."""
-
-    error: ProxyError
-
-
-Command = Send | Read | Done | Fail
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    """An upstream answer as the loop is fed it: its calls decide, and the whole ``Answer`` is
-    built only for a read round (a long stream's text costs a parse of every event).
-    ``complete``: the answer finished (a stream's last event came)."""
-
-    calls: list[Any]
-    usage: dict[str, Any] | None
-    items: list[Any]
-    whole: Callable[[], Answer]
-    complete: bool = True
-
-    @classmethod
-    def of(cls, answer: Answer) -> Received:
-        return cls(answer.calls, answer.usage, answer.items, lambda: answer)
-
-
-class LoopMisuse(RuntimeError):
-    """A method called out of turn (e.g. ``resolved`` when no ``Read`` is pending)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,12 @@ from typing import Any
 from policies.handles import MENTION
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Dialect
+from proxy.read_loop.commands import LoopLimits
 from proxy.read_loop.driver import LoopDriver
-from proxy.read_loop.loop import LoopLimits, LoopResult, ReadLoop
+from proxy.read_loop.loop import ReadLoop
 from proxy.state.store import Store
 from proxy.state.token_factors import ScaledWindows
-from proxy.telemetry.exchange import Exchange, dump_json
+from proxy.telemetry.exchange import Exchange, LoopResult, dump_json
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import RequestTrace
 from proxy.upstream.pool import Upstream

@@ -19,262 +19,27 @@ configuration (its own HTTP client, its own circuit breakers).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import multiprocessing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import orjson
 
-from policies.digests import Digests
-from policies.facts import LargeRequestFact, StageFacts
 from policies.pipeline import (
     Checkpoint,
-    Offload,
-    Policy,
-    PolicyOutcome,
-    build_policies,
-    requested_answer_tokens,
 )
-from policies.tokens import TokenCounter
-from proxy.config.settings import Settings, policy_specs
-from proxy.dialects import make_dialects
-from proxy.dialects.agent_compaction import agent_compaction
-from proxy.dialects.base import Parsed
-from proxy.state.memory import malloc_trim
-from proxy.state.store import decode_checkpoint, encode_checkpoint
-from proxy.telemetry.exchange import dump_json, parse_json
-from proxy.wire.errors import ProxyError
-
-
-def body_key(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=16).digest()
-
-
-@dataclass(frozen=True, slots=True)
-class Inspected:
-    """What the parent needs to know of a large body before compacting it."""
-
-    error: tuple[int, str, str | None] | None = None  # status, message, param
-    top_fields: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
-    messages: int = 0
-    skipped: str | None = None  # lenient JSON or a malformed history: sent as it came
-    root: str = ""
-    digests: list[str] = field(default_factory=list)
-    stream: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
-    # The agent's own compaction request (``proxy/dialects/agent_compaction.py``): which agent, and the
-    # prompt tokens and answer length the parent decides with, as for a body of any size.
-    agent: str | None = None
-    agent_tokens: int = 0
-    requested: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Computed:
-    tokens_before: int
-    tokens_after: int
-    mechanisms: tuple[str, ...]
-    trigger: str | None
-    facts: StageFacts
-    offloads: list[tuple[str, str, str]]
-    checkpoint: bytes
-    view: bytes | None  # the whole body to send, or None: the client's bytes go as they are
-
-    messages: bytes | None  # the view's neutral messages (for the event and the handle check)
-    origin: tuple[int, ...] | None
-
-    def outcome(self) -> tuple[PolicyOutcome, dict[str, Any] | None]:
-        """The policy outcome the parent goes on with, and the view body parsed (if any)."""
-        parsed = orjson.loads(self.view) if self.view is not None else None
-        outcome = PolicyOutcome(
-            messages=orjson.loads(self.messages) if self.messages is not None else None,
-            origin=self.origin,
-            tokens_before=self.tokens_before,
-            tokens_after=self.tokens_after,
-            mechanisms=self.mechanisms,
-            checkpoint=decode_checkpoint(self.checkpoint),
-            facts=self.facts,
-            offloads={h: Offload(h, content, description) for h, content, description in self.offloads},
-            trigger=self.trigger,
-        )
-        return outcome, parsed
-
-
-# --- the worker process -----------------------------------------------------------------------
-
-
-class _Worker:
-    def __init__(self, settings: Settings) -> None:
-        self.counter = TokenCounter(
-            default_encoding=settings.tokens.default_encoding,
-            model_encodings=settings.tokens.model_encodings,
-            cache_max_chars=settings.tokens.cache_max_chars,
-            backend=settings.tokens.counter,
-        )
-        self.counter.warm_up()
-        self.policies: dict[str, Policy] = build_policies(policy_specs(settings))
-        self.dialects = make_dialects()
-        self.dialect = "chat"  # of the body parsed last
-        self.digests = Digests(counter=self.counter)
-        self.loop = asyncio.new_event_loop()
-        self.summarizer: Any = None
-        if settings.summarizer.kind == "openai":
-            from proxy.summaries.summarizer import OpenAISummarizer
-
-            self.summarizer = OpenAISummarizer(
-                settings.summarizer, base_url=settings.upstream.base_url, api_key=settings.upstream.api_key
-            )
-        self._parsed: tuple[bytes, Parsed] | None = None
-        self._read: tuple[bytes, Any, bool] | None = None
-        self.trim = malloc_trim()
-
-    def forget(self) -> None:
-        self._parsed = self._read = None
-
-    def read(self, body: bytes, dialect: str) -> list[Any]:
-        """Parse the body's JSON (kept for ``parse``) and say what the dialect's ``restore``
-        would look up for it, which the parent, holding that state, finds."""
-        self._parsed = None
-        data, lenient = parse_json(body)
-        self._read = (body_key(body), data, lenient)
-        return self.dialects[dialect].restore_wanted(data)
-
-    def parse(self, body: bytes, dialect: str, found: Any = None) -> Parsed:
-        """Read the body with its dialect (a ``ProxyError`` for one it cannot read), with what
-        the parent found for ``read``'s question put back."""
-        self._parsed = None
-        key = body_key(body)
-        read, self._read = self._read, None
-        data, lenient = (read[1], read[2]) if read is not None and read[0] == key else parse_json(body)
-        adapter = self.dialects[dialect]
-        data, restored = adapter.restore_splice(data, found) if found else (data, 0)
-        parsed = adapter.parse(data, lenient)
-        if restored:
-            parsed.notes["restored_read_rounds"] = restored
-        self._parsed = (key, parsed)
-        self.dialect = dialect
-        return parsed
-
-    def parsed(self, key: bytes) -> Parsed:
-        """The body phase one parsed (the parent sends phase two to the same process)."""
-        if self._parsed is None or self._parsed[0] != key:
-            raise LookupError("phase two reached a worker that did not parse the body")
-        return self._parsed[1]
-
-
-_worker: _Worker | None = None
-
-
-def _init(settings_json: bytes) -> None:
-    global _worker
-    _worker = _Worker(msgspec.json.decode(settings_json, type=Settings))
-
-
-def _read(body: bytes, dialect: str) -> list[Any] | Inspected:
-    """Phase zero, when the parent holds something the dialect's ``restore`` could put back:
-    the JSON read (kept for phase one), and what to look up."""
-    assert _worker is not None
-    try:
-        return _worker.read(body, dialect)
-    except ProxyError as error:
-        return Inspected(error=(error.status, error.message, error.param))
-
-
-def _inspect(
-    body: bytes,
-    dialect: str,
-    tenant: str,
-    with_digests: bool,
-    headers: list[tuple[bytes, bytes]],
-    found: Any = None,
-) -> Inspected:
-    """Phase one: read (kept for phase two, which runs in this same process) with ``found`` put
-    back, check, digest."""
-    from proxy.state.sessions import root_session
-
-    assert _worker is not None
-    try:
-        parsed = _worker.parse(body, dialect, found)
-    except ProxyError as error:
-        return Inspected(error=(error.status, error.message, error.param))
-    neutral = parsed.neutral
-    messages = neutral["messages"]
-    digests = [_worker.digests.message(m) for m in messages] if with_digests and not parsed.skipped else []
-    # What the parent needs of the body: the small fields (a view's body comes back whole).
-    head = {k: v for k, v in parsed.body.items() if not isinstance(v, list | dict) or k == "tools"}
-    agent = None if parsed.skipped else agent_compaction(headers, messages)
-    return Inspected(
-        agent=agent,
-        agent_tokens=_worker.counter.count_request(neutral).total if agent else 0,
-        requested=requested_answer_tokens(neutral),
-        top_fields=head,
-        messages=len(messages),
-        skipped=parsed.skipped,
-        root=root_session(neutral, tenant),
-        digests=digests,
-        stream=parsed.stream,
-        notes=parsed.notes,
-    )
-
-
-def _apply(
-    body_key: bytes,
-    policy: str,
-    window: int,
-    checkpoint: bytes | None,
-    injected_tokens: int,
-    session: str,
-    client_key: str | None,
-    skip: bool,
-) -> Computed:
-    assert _worker is not None
-    parsed = _worker.parsed(body_key)
-    chosen = _worker.policies[policy]
-    if skip:
-        chosen = Policy(name=chosen.name, description=chosen.description, stages=())
-    summarizer = _worker.summarizer.for_session(session, client_key) if _worker.summarizer else None
-    outcome = _worker.loop.run_until_complete(
-        chosen.apply(
-            parsed.neutral,
-            _worker.counter,
-            window=window,
-            checkpoint=decode_checkpoint(checkpoint) if checkpoint else None,
-            summarizer=summarizer,
-            digests=_worker.digests,
-            injected_tokens=injected_tokens,
-        )
-    )
-    view = None
-    if outcome.messages is not None and outcome.origin is not None:
-        view = dump_json(_worker.dialects[_worker.dialect].render(parsed, outcome.messages, outcome.origin))
-    elif parsed.notes.get("restored_read_rounds"):
-        # The policy changed nothing, but what was put back must reach the upstream.
-        view = dump_json(parsed.body)
-    # The body is done with: its parsed copy goes, and the heap's free pages go back to the OS.
-    _worker.forget()
-    computed = Computed(
-        tokens_before=outcome.tokens_before,
-        tokens_after=outcome.tokens_after,
-        mechanisms=outcome.mechanisms,
-        trigger=outcome.trigger,
-        facts=msgspec.structs.replace(outcome.facts, large_request=LargeRequestFact(worker_process=True)),
-        offloads=[(o.handle, o.content, o.description) for o in outcome.offloads.values()],
-        checkpoint=encode_checkpoint(outcome.checkpoint),
-        view=view,
-        messages=dump_json(outcome.messages) if outcome.messages is not None else None,
-        origin=outcome.origin,
-    )
-    del parsed, outcome
-    if _worker.trim is not None:
-        _worker.trim()
-    return computed
-
-
-# --- the parent's side ------------------------------------------------------------------------
+from proxy.config.settings import Settings
+from proxy.route.large_worker import (
+    Computed,
+    Inspected,
+    apply_in_worker,
+    body_key,
+    init_worker,
+    inspect_in_worker,
+    read_in_worker,
+)
+from proxy.state.store import encode_checkpoint
 
 
 class LargeRequests:
@@ -312,7 +77,7 @@ class LargeRequests:
                     max_workers=1,
                     # Not fork: this process runs threads (the store's, the event loop's helpers).
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init,
+                    initializer=init_worker,
                     initargs=(self._settings_json,),
                 )
             )
@@ -372,14 +137,14 @@ class LargeWorker:
         loop = asyncio.get_running_loop()
         found = None
         if restore is not None:
-            wanted = await loop.run_in_executor(self.pool, _read, body, dialect)
+            wanted = await loop.run_in_executor(self.pool, read_in_worker, body, dialect)
             if isinstance(wanted, Inspected):
                 return wanted
             found = await restore(wanted) if wanted else None
         # Only the header an agent marks its compaction request with crosses to the worker.
         marks = [(k, v) for k, v in headers if k == b"x-codex-turn-metadata"]
         return await loop.run_in_executor(
-            self.pool, _inspect, body, dialect, tenant, with_digests, marks, found
+            self.pool, inspect_in_worker, body, dialect, tenant, with_digests, marks, found
         )
 
     async def apply(
@@ -396,5 +161,14 @@ class LargeWorker:
         loop = asyncio.get_running_loop()
         encoded = encode_checkpoint(checkpoint) if checkpoint is not None else None
         return await loop.run_in_executor(
-            self.pool, _apply, self.key, policy, window, encoded, injected_tokens, session, client_key, skip
+            self.pool,
+            apply_in_worker,
+            self.key,
+            policy,
+            window,
+            encoded,
+            injected_tokens,
+            session,
+            client_key,
+            skip,
         )

@@ -17,7 +17,6 @@ needs upstream) are hooks of its adapter (``dialects/base.py``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from policies.handles import names_a_handle
@@ -25,11 +24,20 @@ from policies.pipeline import Policy, requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.canary.runtime import CanaryArms, place_in_arm
 from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
-from proxy.dialects.base import Dialect, Parsed
+from proxy.dialects.base import Dialect
 from proxy.read_loop.runner import LoopPlan, LoopRunner
-from proxy.route.compaction import Compacted, CompactionService, policy_reserve
+from proxy.route.compaction import CompactionService, policy_reserve
+from proxy.route.draft import (
+    HEAD_LIMIT,
+    UNREADABLE,
+    Draft,
+    Headers,
+    Send,
+    Step,
+    several_streamed_choices,
+    why_unreadable,
+)
 from proxy.route.facts import compaction_attributes, record_compaction
-from proxy.route.known_bodies import KnownBody
 from proxy.route.large_requests import LargeRequests
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
@@ -44,47 +52,7 @@ from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
 from proxy.wire.response_writer import ResponseWriter
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
 MODES = ("enforce", "shadow", "canary", "off")
-# Bytes of a relayed answer kept to read the prompt tokens it reports (a stream reports them in
-# its first event; a JSON answer at its end).
-HEAD_LIMIT = 256 * 1024
-
-
-@dataclass(slots=True)
-class Draft:
-    """One request while the route's steps prepare it."""
-
-    dialect: Dialect
-    provider: Provider
-    headers: Headers  # the client's
-    url: str
-    exchange: Exchange
-    content: bytes  # what goes upstream: the client's bytes until a view replaces them
-    route_headers: Headers = field(default_factory=list)
-    policy: Policy | None = None
-    mode: str = "off"
-    tenant: str = ""
-    parsed: Parsed | None = None
-    skipped: str | None = None
-    compacted: Compacted | None = None
-    view: dict[str, Any] | None = None  # the view as the dialect's wire body
-    loop: LoopPlan | None = None  # set when the read loop serves the request
-    # The body as the dialect's ``restore`` hook put it back (None: as the client sent it).
-    restored: dict[str, Any] | None = None
-    # The request's counter: each message is counted once however often it is asked for.
-    counter: TokenCounter | None = None
-    wire: KnownBody | None = None  # the client's body as read (what is known of its items)
-
-    def as_sent(self, why: str) -> bool:
-        """The request goes exactly as the client sent it; the header says why."""
-        self.exchange.skipped = why
-        self.route_headers.append((b"x-compaction-skipped", why.encode("ascii", "replace")))
-        return False
-
-
-Step = Callable[[Draft], Awaitable[bool]]
 
 
 class CompactingRoute:
@@ -224,8 +192,8 @@ class CompactingRoute:
             if draft.parsed.skipped is None and not restored:
                 body.checked()
                 draft.wire = body.record
-        except (NestedTooDeep, *_UNREADABLE) as exc:
-            return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
+        except (NestedTooDeep, *UNREADABLE) as exc:
+            return draft.as_sent(why_unreadable(draft.dialect.name, exc))
         if restored:
             draft.parsed.notes["restored_read_rounds"] = restored
             draft.restored = data
@@ -298,8 +266,8 @@ class CompactingRoute:
                     client_origin=origin,
                     restore=self._restore_lookup(draft),
                 )
-            except (NestedTooDeep, *_UNREADABLE) as exc:
-                return draft.as_sent(_why_unreadable(draft.dialect.name, exc))
+            except (NestedTooDeep, *UNREADABLE) as exc:
+                return draft.as_sent(why_unreadable(draft.dialect.name, exc))
         else:
             compacted = await self.service.compact(
                 parsed.neutral,
@@ -364,7 +332,7 @@ class CompactingRoute:
             outcome.messages is not None
             and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view
             and names_a_handle(outcome.messages)
-            and not _several_streamed_choices(view)
+            and not several_streamed_choices(view)
         ):
             requested = draft.dialect.answer_tokens(view)
             draft.loop = LoopPlan(
@@ -380,21 +348,3 @@ class CompactingRoute:
             return True
         draft.content = encode(view)
         return True
-
-
-def _several_streamed_choices(body: dict[str, Any]) -> bool:
-    """A stream of ``n`` > 1 choices: the read tool is not offered (each choice would need its
-    own read rounds inside one interleaved stream); the view still names its handles."""
-    n = body.get("n")
-    return body.get("stream") is True and isinstance(n, int) and not isinstance(n, bool) and n > 1
-
-
-# What an adapter raises on a shape it cannot read (a wrong type deep in an item, nesting past
-# the serializer's limit).
-_UNREADABLE = (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError)
-
-
-def _why_unreadable(dialect: str, exc: BaseException) -> str:
-    if isinstance(exc, NestedTooDeep):
-        return "JSON nested too deep to read"
-    return f"unreadable {dialect} body ({type(exc).__name__})"

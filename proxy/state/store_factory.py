@@ -3,11 +3,12 @@ and how it is named for humans."""
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
-from proxy.commands.preflight import redact_url
 from proxy.config.settings import Settings
-from proxy.state.store import SQLiteStore, Store
+from proxy.state.sqlite_store import SQLiteStore
+from proxy.state.store import Store
 
 
 def describe_store(settings: Settings) -> str:
@@ -31,3 +32,14 @@ def make_store(settings: Settings) -> Store:
         busy_timeout=settings.store.busy_timeout_seconds,
         event_linger=settings.store.event_batch_seconds,
     )
+
+
+def redact_url(url: str) -> str:
+    """A store or upstream URL without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = (parts.username or "") + ":***@" + (parts.hostname or "")
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

@@ -13,8 +13,8 @@ import time
 from typing import Protocol
 
 from proxy.state.redis_store import RedisStore, _as_bytes
+from proxy.state.sqlite_store import SQLiteStore
 from proxy.state.sqlite_transaction import transaction
-from proxy.state.store import SQLiteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS prepared (

@@ -35,9 +35,9 @@ import structlog
 
 from policies.facts import SummaryFact, TriggerFact
 from policies.pipeline import Checkpoint, PolicyOutcome
-from proxy.read_loop.loop import LoopResult
 from proxy.state.checkpoint_states import SENTINEL_JSON, SENTINEL_REQUESTS, CheckpointState, template_digest
 from proxy.state.store import Store, encode_checkpoint
+from proxy.telemetry.exchange import LoopResult
 
 SCHEMA_VERSION = 1
 

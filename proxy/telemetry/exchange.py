@@ -12,17 +12,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from policies.pipeline import Offload, PolicyOutcome
-from proxy.canary.outcome import AnswerCapture
 from proxy.telemetry.tracing import RequestTrace
 from proxy.wire.errors import ProxyError
-
-if TYPE_CHECKING:
-    from proxy.read_loop.loop import LoopResult
 
 
 class ClientDisconnected(Exception):
@@ -175,3 +171,51 @@ def dump_json(body: Any) -> bytes:
         return orjson.dumps(body)
     except TypeError:  # what only the lenient parser reads
         return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass
+class LoopResult:
+    rounds: int = 0
+    reads: list[str] = field(default_factory=list)  # outcome of each read: ok, truncated, not_found...
+    usage_per_round: list[dict[str, Any]] = field(default_factory=list)
+    # Prompt tokens of each request sent upstream, in the proxy's count.
+    round_tokens: list[int] = field(default_factory=list)
+    bytes_read: int = 0
+    status: int = 0
+    upstream_seconds: float = 0.0
+    error: str | None = None
+    # The last round's answer as the model wrote it (its items, in the dialect's shape).
+    final_answer: list[Any] | None = None
+    # Earlier read results withdrawn (replaced by a note naming their handle) to make room.
+    withdrawn: int = 0
+
+    @property
+    def largest_request(self) -> int:
+        return max(self.round_tokens, default=0)
+
+
+KEEP = 64 * 1024
+
+
+@dataclass(slots=True)
+class AnswerCapture:
+    tool_marker: bytes
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    tool_call: bool = False
+
+    def take(self, chunk: bytes) -> None:
+        # The first KEEP bytes, and the last KEEP (what does not fit the head goes to the tail,
+        # so an answer written in one piece keeps its end: the usage).
+        room = max(0, KEEP - len(self.head))
+        self.head += chunk[:room]
+        rest = chunk[room:]
+        if rest:
+            self.tail += rest
+            if len(self.tail) > 2 * KEEP:
+                del self.tail[:-KEEP]
+        if not self.tool_call and self.tool_marker in chunk:
+            self.tool_call = True
+
+    def raw(self) -> bytes:
+        return bytes(self.head) + bytes(self.tail[-KEEP:])

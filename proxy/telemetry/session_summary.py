@@ -12,7 +12,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from proxy.config.settings import ModelSettings
+from proxy.config.sections import ModelSettings
 
 
 class PriceColumn:

@@ -20,30 +20,15 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import msgspec
+from proxy.config.sections import TracingSettings
 
 # W3C Trace Context: version-traceid-parentid-flags, lowercase hex. A later version may append
 # fields after these four; its first four are read the same way.
 _TRACEPARENT = re.compile(rb"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-|$)")
 SAMPLED = 0x01
-
-
-class TracingSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    # Export a trace of every sampled request over OTLP/HTTP (protobuf).
-    enabled: bool = False
-    # The collector's OTLP/HTTP traces endpoint.
-    endpoint: str = "http://127.0.0.1:4318/v1/traces"
-    # Headers sent to the collector (for example an auth token for a hosted one).
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-    service_name: str = "compaction-proxy"
-    # Share of requests traced when the client sent no sampled traceparent; a client's
-    # decision (its traceparent's sampled flag) is always followed.
-    sample_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 1.0
-    # Longest wait before finished spans are sent to the collector, in milliseconds.
-    export_delay_ms: Annotated[int, msgspec.Meta(ge=1)] = 2000
 
 
 def parse_traceparent(value: bytes | None) -> tuple[int, int, int] | None:

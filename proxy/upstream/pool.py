@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import structlog
 
-from proxy.config.settings import UpstreamSettings
+from proxy.config.sections import UpstreamSettings
 from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.builtin_transport import BuiltinTransport
 from proxy.upstream.failures import Failure, classify, describe

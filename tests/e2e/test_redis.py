@@ -12,8 +12,8 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
-from proxy.read_loop.answers import read_saved_output
-from proxy.read_loop.loop import LoopLimits
+from proxy.read_loop.commands import LoopLimits
+from proxy.read_loop.store_reads import read_saved_output
 from proxy.state.redis_store import RedisStore
 from tests.e2e.test_read_tool_output import history, last_tool_result, read_first_handle
 from tests.fake_upstream import FakeUpstream, Reply, completion

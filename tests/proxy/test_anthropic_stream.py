@@ -14,7 +14,7 @@ from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.anthropic_stream import AnthropicStream
 from proxy.dialects.base import NOT_RUN, Answer
 from proxy.dialects.hidden_rounds import HiddenRounds
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 from proxy.wire.response_writer import ResponseWriter
 
 DIALECT = AnthropicDialect()

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app import create_app, package_version
+from proxy import package_version
+from proxy.app import create_app
 from proxy.config.settings import load_settings
 from proxy.edge.api_docs import render_page
 

@@ -6,12 +6,15 @@ from typing import Any
 
 import orjson
 
-from proxy.canary.gate import ArmFigures, CanaryGate, Prices, Usage, arm_of, judge
-from proxy.canary.outcome import KEEP, AnswerCapture, is_context_error, repeated_calls, usage_objects
+from proxy.canary.gate import ArmFigures, Prices, arm_of, judge
+from proxy.canary.outcome import is_context_error, repeated_calls, usage_objects
 from proxy.canary.stats import mean_difference, share_difference, wilson
+from proxy.config.sections import CanaryGate
 from proxy.dialects.anthropic import AnthropicDialect
+from proxy.dialects.base import Usage
 from proxy.dialects.chat import ChatDialect
 from proxy.dialects.responses import ResponsesDialect
+from proxy.telemetry.exchange import KEEP, AnswerCapture
 
 
 def test_arms_are_sticky_and_split_near_the_share() -> None:
@@ -130,8 +133,8 @@ class _Book:
 
 
 async def test_a_request_is_placed_by_its_session_and_paused_sessions_keep_their_arm() -> None:
-    from proxy.canary.gate import CanarySettings
     from proxy.canary.runtime import CanaryArms, place_in_arm
+    from proxy.config.sections import CanarySettings
     from proxy.telemetry.exchange import Exchange
 
     def exchange() -> Exchange:

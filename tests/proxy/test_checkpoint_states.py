@@ -10,7 +10,8 @@ import msgspec
 
 from policies.pipeline import Checkpoint
 from proxy.state.checkpoint_states import STATE_REFRESH_SECONDS, TemplateWrites, by_reference, expand
-from proxy.state.store import SQLiteStore, encode_checkpoint
+from proxy.state.sqlite_store import SQLiteStore
+from proxy.state.store import encode_checkpoint
 from proxy.telemetry.events import CheckpointJson
 
 CHECKPOINT = Checkpoint(placeholders={"3:ab": {"role": "tool", "content": "saved output " * 300}})

@@ -13,7 +13,7 @@ import orjson
 from policies.pipeline import Checkpoint
 from proxy.app import create_app
 from proxy.config.settings import load_settings
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 
 
 class BrokenStore(SQLiteStore):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from proxy.app import create_app
 from proxy.config.settings import Settings, load_settings, policy_specs
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 
 POLICIES = sorted(policy_specs(Settings()))
 WINDOW = 4096

@@ -24,7 +24,7 @@ from policies.pipeline import Checkpoint, build_policies
 from policies.tokens import TokenCounter
 from proxy.app import create_app
 from proxy.config.settings import Settings, load_settings, policy_specs
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 
 POLICIES = sorted(policy_specs(Settings()))
 BUILT = build_policies(policy_specs(Settings()))

@@ -16,7 +16,7 @@ import pytest
 from proxy.cli import main
 from proxy.commands.preflight import check_state_dir, redact_url
 from proxy.state.sessions import explicit_session
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 from tests.fake_upstream import free_port
 
 

@@ -16,10 +16,11 @@ from policies.pipeline import Offload
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_loop.answers import read_saved_output, run_reads
-from proxy.read_loop.loop import Command, LoopLimits, Read, ReadLoop, Send
+from proxy.read_loop.commands import Command, LoopLimits, Read, Send
+from proxy.read_loop.loop import ReadLoop
+from proxy.read_loop.store_reads import read_saved_output, run_reads
 from proxy.read_tool.tool import ReadArguments, ReadLimits, render
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 
 COUNTER = TokenCounter()
 TENANT = "t_reader"

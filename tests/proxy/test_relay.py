@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config.settings import UpstreamSettings
+from proxy.config.sections import UpstreamSettings
 from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.upstream.builtin_transport import BuiltinTransport

@@ -12,7 +12,7 @@ import respx
 
 from proxy.app import create_app
 from proxy.config.settings import load_settings
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 from tests.recording_logger import RecordingLogger
 
 UPSTREAM = "http://upstream.test/v1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config.settings import ModelSettings
+from proxy.config.sections import ModelSettings
 from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
 
 PRICES = PriceColumn(

@@ -15,10 +15,11 @@ import pytest
 from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, Offload
 from policies.tokens import TokenCounter
-from proxy.read_loop.answers import read_saved_output
-from proxy.read_loop.loop import LoopLimits
+from proxy.read_loop.commands import LoopLimits
+from proxy.read_loop.store_reads import read_saved_output
 from proxy.read_tool.tool import ReadLimits
-from proxy.state.store import SQLiteStore, decode_checkpoint, encode_checkpoint
+from proxy.state.sqlite_store import SQLiteStore
+from proxy.state.store import decode_checkpoint, encode_checkpoint
 
 
 @pytest.fixture

@@ -16,9 +16,11 @@ import orjson
 from policies.tokens import TokenCounter
 from proxy.config.settings import load_settings
 from proxy.dialects.base import Dialect
+from proxy.read_loop.commands import LoopLimits
 from proxy.read_loop.driver import LoopDriver
-from proxy.read_loop.loop import LoopLimits, LoopResult, ReadLoop
+from proxy.read_loop.loop import ReadLoop
 from proxy.state.store import StoredOutput
+from proxy.telemetry.exchange import LoopResult
 from proxy.upstream.pool import Upstream
 from proxy.wire.errors import ErrorBody, openai_error_body
 from proxy.wire.response_writer import ResponseWriter

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from proxy.dialects.chat import ChatDialect
-from proxy.read_loop.loop import LoopLimits
+from proxy.read_loop.commands import LoopLimits
 from tests.agent_upstream.script import Answer
 from tests.proxy.data_plane import chat_wire as chat
 from tests.proxy.data_plane.harness import (

@@ -14,8 +14,10 @@ import pytest
 
 from proxy.dialects.base import Answer
 from proxy.dialects.chat import ChatDialect
-from proxy.read_loop.answers import NO_ROOM, ReadCall, run_reads
-from proxy.read_loop.loop import Done, Fail, LoopLimits, LoopMisuse, Read, ReadLoop, Received, Send
+from proxy.read_loop.answers import NO_ROOM, ReadCall
+from proxy.read_loop.commands import Done, Fail, LoopLimits, LoopMisuse, Read, Received, Send
+from proxy.read_loop.loop import ReadLoop
+from proxy.read_loop.store_reads import run_reads
 from proxy.read_tool.tool import ReadResult
 from tests.proxy.data_plane import chat_wire as chat
 from tests.proxy.data_plane.harness import COUNTER, HANDLE, TENANT, MemoryStore

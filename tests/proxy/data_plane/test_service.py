@@ -18,7 +18,7 @@ from policies.pipeline import Offload, Policy
 from policies.view import Context, View
 from proxy.route.compaction import Compacted
 from proxy.state.sessions import explicit_session, root_session
-from proxy.state.store import SQLiteStore
+from proxy.state.sqlite_store import SQLiteStore
 from tests.proxy.data_plane.toy_dialect import ToyDialect
 from tests.proxy.data_plane.toy_proxy import ToyProxy, body, toy_proxy
 

@@ -25,11 +25,12 @@ import orjson
 import structlog
 
 from policies.tokens import TokenCounter
-from proxy.app import AppParts, make_route
 from proxy.config.settings import Settings, load_settings
 from proxy.dialects.base import Dialect
+from proxy.parts import AppParts, make_route
 from proxy.route.steps import CompactingRoute
-from proxy.state.store import SQLiteStore, Store
+from proxy.state.sqlite_store import SQLiteStore
+from proxy.state.store import Store
 from proxy.telemetry.exchange import Exchange
 from proxy.upstream.providers import Provider, make_providers
 from proxy.wire.errors import ProxyError
