@@ -1,4 +1,5 @@
-"""``policies/`` is pure: it never imports the HTTP edge, the server, metrics or the proxy."""
+"""``policies/`` is pure (it never imports the HTTP edge, the server, metrics or the proxy); the
+project's module graph has no cycle; ``serve`` never loads the replay harness."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.module_graph import ROOT, cycles, graph, imported_names, internal_imports, module_name
+
 FORBIDDEN = {"litestar", "httpx", "aiohttp", "prometheus_client", "proxy", "uvicorn", "replay"}
 
 
@@ -39,64 +41,27 @@ def test_layering_check_would_catch_an_offender(tmp_path: Path) -> None:
 
 # --- the module graph ------------------------------------------------------------------------
 
-PACKAGES = ("policies", "proxy", "replay")
 
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def internal_imports(path: Path) -> set[str]:
-    """Internal modules a module imports, at module level or inside functions (a cycle must not
-    hide behind an import in a function); only ``TYPE_CHECKING`` blocks are left out."""
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                found.add(child.module)
-                found.update(f"{child.module}.{alias.name}" for alias in child.names)
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
-    return {name for name in found if name.split(".")[0] in PACKAGES}
-
-
-def test_imports_inside_functions_are_counted(tmp_path: Path) -> None:
+def test_imports_inside_functions_and_type_checking_blocks_are_counted(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def late() -> None:\n    from proxy.app import create_app\n")
-    assert internal_imports(module) == {"proxy.app", "proxy.app.create_app"}
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from proxy.parts import AppParts\n"
+        "def late() -> None:\n    from proxy.app import create_app\n"
+    )
+    names = imported_names(module.read_text())
+    assert {"proxy.parts", "proxy.parts.AppParts", "proxy.app", "proxy.app.create_app"} <= names
 
 
 def test_the_module_graph_has_no_cycle() -> None:
-    modules = {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
-    graph = {
-        name: {m for m in internal_imports(path) if m in modules and m != name}
-        for name, path in modules.items()
-    }
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
+    """No cycle, type-only imports included: a ``TYPE_CHECKING`` import is still a dependency a
+    reader must hold."""
+    assert cycles(graph()) == []
 
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
+def test_a_cycle_through_a_type_only_import_is_found() -> None:
+    edges = {"proxy.app": {"proxy.lifecycle"}, "proxy.lifecycle": {"proxy.app"}}
+    assert cycles(edges) == [["proxy.app", "proxy.lifecycle", "proxy.app"]]
 
 
 def test_the_proxy_never_imports_the_replay_harness() -> None:

@@ -15,7 +15,7 @@ from proxy.dialects.responses import ResponsesDialect
 @dataclass(frozen=True, slots=True)
 class Door:
     """A route whose requests are compacted: the dialect that reads them and the provider
-    (``providers.py``) they go to."""
+    (``upstream/providers.py``) they go to."""
 
     method: bytes
     path: bytes

@@ -1,9 +1,9 @@
-"""The driver of a ``ReadLoop`` (``read_loop.py``): it does the I/O of one client request.
+"""The driver of a ``ReadLoop`` (``loop.py``): it does the I/O of one client request.
 
 One loop runs the loop's commands: ``Send`` a round upstream (a JSON answer or an event stream
 comes back, the only difference between the two; a stream is relayed through the dialect's
 codec as it arrives) and feed the loop its answer; run a ``Read`` against the store
-(``read_answers.py``) and give the loop its results; write the final answer (``Done``) or the
+(``store_reads.py``) and give the loop its results; write the final answer (``Done``) or the
 failure (``Fail``). Every response goes through a ``ResponseWriter``: a round that fails before
 anything reached the client answers with the upstream's status and body, one that fails after
 ends the stream with the dialect's error event and no end-of-stream marker.

@@ -20,9 +20,9 @@ and Messages doors answer each with ``NOT_RUN`` (reasoning returns with its item
 ``ReadLoop`` is a sans-I/O state machine for every wire format, JSON and streams (its
 ``Dialect`` counts, appends rounds, withdraws the tool): it decides, never does I/O.
 ``start()`` gives the first command, ``feed(answer)`` and ``resolved(results)`` the next one:
-``Send``, ``Read``, ``Done`` or ``Fail``. ``loop_driver.py`` does each command's I/O;
-``read_answers.py`` shares an answer's room between its reads (pure, driven from here) and
-runs a ``Read`` against the store (for the driver).
+``Send``, ``Read``, ``Done`` or ``Fail``. ``driver.py`` does each command's I/O;
+``answers.py`` shares an answer's room between its reads (pure, driven from here);
+``store_reads.py`` runs a ``Read`` against the store (for the driver).
 """
 
 from __future__ import annotations
