@@ -13,7 +13,7 @@ from policies.windows import DEFAULT_CONTEXT_WINDOWS, ContextWindows
 from proxy.cli import main
 from proxy.config.settings import ConfigError, load_settings, policy_specs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUILT_IN = {
     "full",
     "n_latest_10",

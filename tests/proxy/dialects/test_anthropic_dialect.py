@@ -26,7 +26,7 @@ from replay.rows import iter_rows, row_messages, row_tools
 from tests.anthropic_protocol import problems, signatures
 from tests.policies.conversations import conversation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLIENTS = ROOT / "tests" / "fixtures" / "clients"
 SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows
 DATA = SAMPLE if SAMPLE.exists() else ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"

@@ -7,7 +7,7 @@ import pytest
 from proxy.cli import main
 from proxy.config.settings import ConfigError, Settings, load_settings, to_builtins
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def write(tmp_path: Path, text: str) -> Path:

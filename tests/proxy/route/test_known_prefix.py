@@ -16,7 +16,7 @@ from proxy.route.known_prefix import KnownPrefixes
 from replay.cases import Case, build_case
 from replay.rows import iter_rows
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENCODING = "o200k_base"
 
 

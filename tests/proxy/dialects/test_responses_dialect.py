@@ -21,7 +21,7 @@ from proxy.dialects.responses import ResponsesDialect
 from proxy.wire.errors import ProxyError
 from proxy.wire.response_writer import ResponseWriter
 
-CLIENTS = Path(__file__).resolve().parent.parent / "fixtures" / "clients"
+CLIENTS = Path(__file__).resolve().parents[2] / "fixtures" / "clients"
 DIALECT = ResponsesDialect()
 COUNTER = TokenCounter()
 POLICIES = build_policies(policy_specs(Settings()))

@@ -14,7 +14,7 @@ from proxy.telemetry.metrics import Metrics
 from proxy.upstream.builtin_transport import BuiltinTransport
 from proxy.upstream.pool import Upstream
 from proxy.upstream.relay import relay
-from tests.proxy.test_builtin_transport import Answer, serving
+from tests.proxy.upstream.test_builtin_transport import Answer, serving
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 EVENTS = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
