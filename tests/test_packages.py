@@ -1,7 +1,7 @@
 """``proxy/`` as packages whose names draw the path of a request, each with a README that says
 what it may import and who imports it; the README is the rule and this test holds the code to it.
 
-- Every package of ``proxy`` has a README with a ``May import:`` and an ``Imported by:`` line.
+- Every package of ``proxy`` (and ``policies``, ``replay``) has a README with a ``May import:`` and an ``Imported by:`` line.
 - What a package's modules import of the project (type-only imports and imports inside
   functions included) is within its ``May import:`` list, and ``Imported by:`` names exactly who
   imports it, so a README can neither allow nor describe a dependency the code does not have.
@@ -40,7 +40,7 @@ def importers() -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", proxy_packages())
+@pytest.mark.parametrize("package", [*proxy_packages(), "policies", "replay"])
 def test_a_package_imports_only_what_its_readme_allows(package: str) -> None:
     allowed = readme_rule(package, "May import")
     actual = unit_edges().get(package, {})
@@ -49,7 +49,7 @@ def test_a_package_imports_only_what_its_readme_allows(package: str) -> None:
     assert allowed == set(actual), f"{package}/README.md allows imports it does not have"
 
 
-@pytest.mark.parametrize("package", proxy_packages())
+@pytest.mark.parametrize("package", [*proxy_packages(), "policies", "replay"])
 def test_a_readme_names_exactly_who_imports_its_package(package: str) -> None:
     assert readme_rule(package, "Imported by") == importers().get(package, set())
 
