@@ -1,7 +1,8 @@
 """``proxy/`` as packages whose names draw the path of a request, each with a README that says
 what it may import and who imports it; the README is the rule and this test holds the code to it.
 
-- Every package of ``proxy`` (and ``policies``, ``replay``) has a README with a ``May import:`` and an ``Imported by:`` line.
+- Every package of ``proxy`` (and ``policies``, ``replay``) has a README with a ``May import:``
+  and an ``Imported by:`` line.
 - What a package's modules import of the project (type-only imports and imports inside
   functions included) is within its ``May import:`` list, and ``Imported by:`` names exactly who
   imports it, so a README can neither allow nor describe a dependency the code does not have.
