@@ -22,8 +22,9 @@ from proxy.dialects.agent_compaction import passes_as_sent
 from proxy.route.known_bodies import KnownBodies
 from proxy.route.known_prefix import KnownPrefixes
 from proxy.route.large_requests import LargeRequests, LargeWorker
-from proxy.state.session_index import BranchIndex, Resolution
-from proxy.state.sessions import MemorySessions, bearer_key, explicit_session, root_session
+from proxy.route.session_checkpoints import SessionCheckpoints
+from proxy.state.session_index import Resolution
+from proxy.state.sessions import MemorySessions, bearer_key, root_session
 from proxy.state.store import Store
 from proxy.state.token_factors import ScaledWindows
 from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
@@ -93,11 +94,11 @@ class CompactionService:
         self.large = large
         self.record_skipped = record_skipped
         self.injected_tokens = injected_tokens
-        self.branches = BranchIndex(max_sessions)
         self.digests = Digests(counter=counter)
         self.known = KnownPrefixes(max_conversations=max_sessions, max_tokens=known_prefix_tokens)
         self.bodies = KnownBodies(max_bodies=max_sessions, max_bytes=4 * known_prefix_tokens)
         self.background: set[asyncio.Task[None]] = set()
+        self.checkpoints = SessionCheckpoints(sessions, store, metrics, max_sessions, self.background)
         # Model summaries prepared ahead (summarizer.prepare_at): a compaction point never waits.
         self.prepared = prepared if summarizer is not None and prepare_at is not None else None
         self.prepare_at = prepare_at or 1.0
@@ -146,7 +147,7 @@ class CompactionService:
         known_key = f"{tenant}\x1f{explicit.decode('latin-1')}" if explicit else root
         adopted = self.known.adopt(known_key, messages, encoding, counter, digests)
         if self.keeps_session_state(effective):
-            resolution = await self.session_of(
+            resolution = await self.checkpoints.resolve(
                 headers, root, tenant, policy.name, [] if explicit else [digests.message(m) for m in messages]
             )
         session = resolution.session + ":" + policy.name if resolution else ""
@@ -238,7 +239,7 @@ class CompactionService:
         skip = skipped is not None
         effective = without_stages(policy) if skip else policy
         resolution = (
-            await self.session_of(headers, inspected.root, tenant, policy.name, inspected.digests)
+            await self.checkpoints.resolve(headers, inspected.root, tenant, policy.name, inspected.digests)
             if self.keeps_session_state(effective)
             else None
         )
@@ -275,40 +276,6 @@ class CompactionService:
             compacted.top_fields = compacted.view_body
         return compacted
 
-    async def session_of(
-        self, headers: Headers, root: str, tenant: str, policy: str, digests: list[str]
-    ) -> Resolution:
-        """The client's ``X-Session-Id``, else the session whose requests this one extends."""
-        explicit = header_value(headers, b"x-session-id")
-        if explicit:
-            return Resolution(explicit_session(tenant, explicit))
-        if not self.sessions.shared:
-            return self.branches.resolve(f"{root}:{policy}", root, digests)
-        try:
-            return await self.store.resolve_branch(tenant, f"{root}:{policy}", root, digests)
-        except Exception:  # the store is down: the run's first session, as before branches
-            self.metrics.errors.labels("store_read").inc()
-            return Resolution(root)
-
-    async def _inherited(
-        self, tenant: str, resolution: Resolution, policy: str, compacted: Compacted
-    ) -> Checkpoint | None:
-        """A fork starts from its parent's checkpoint when everything that checkpoint decided
-        lies in the messages they share (a summary never covers what the fork does not have)."""
-        if resolution.parent is None:
-            return None
-        parent = f"{resolution.parent}:{policy}"
-        checkpoint = self.sessions.checkpoint(parent) or await self._load_checkpoint(tenant, parent)
-        inherited = checkpoint is not None and (
-            checkpoint.summary is None or checkpoint.summary_at + checkpoint.covered <= resolution.common
-        )
-        compacted.session_fork = {
-            "parent": parent,
-            "common_messages": resolution.common,
-            "inherited": inherited,
-        }
-        return checkpoint if inherited else None
-
     async def _apply(
         self,
         policy: Policy,
@@ -328,9 +295,11 @@ class CompactionService:
         async with self.sessions.lock(session):
             checkpoint = self.sessions.checkpoint(session)
             if checkpoint is None:
-                checkpoint = await self._load_checkpoint(tenant, session)
+                checkpoint = await self.checkpoints.load(tenant, session)
             if checkpoint is None and resolution is not None:
-                checkpoint = await self._inherited(tenant, resolution, policy.name, compacted)
+                checkpoint, compacted.session_fork = await self.checkpoints.inherited(
+                    tenant, resolution, policy.name
+                )
             summarizer: Any = (
                 self.summarizer.for_session(session, self._summarizer_key(headers, client_origin))
                 if self.summarizer
@@ -364,29 +333,5 @@ class CompactionService:
             # The request counter changes on every request; only other changes are worth a write.
             changed = checkpoint is None or not outcome.checkpoint.same_but_requests(checkpoint)
             if changed and outcome.mechanisms:
-                if self.sessions.shared:
-                    # Another worker may serve this session's next request: write it now.
-                    await self._save_checkpoint(tenant, session, outcome.checkpoint)
-                else:
-                    self._persist(tenant, session, outcome.checkpoint)
+                await self.checkpoints.keep(tenant, session, outcome.checkpoint)
         return outcome
-
-    async def _load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
-        try:
-            return await self.store.load_checkpoint(tenant, session)
-        except Exception:  # a missing checkpoint only costs one fresh compaction
-            self.metrics.errors.labels("store_read").inc()
-            return None
-
-    async def _save_checkpoint(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
-        try:
-            await self.store.save_checkpoint(tenant, session, checkpoint)
-        except Exception:  # a lost checkpoint costs one fresh compaction, never the request
-            self.metrics.errors.labels("store_write").inc()
-
-    def _persist(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
-        """Write a changed checkpoint in the background: memory stays authoritative in this
-        process; the store lets a restarted or another replica continue the session."""
-        task = asyncio.create_task(self._save_checkpoint(tenant, session, checkpoint))
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
