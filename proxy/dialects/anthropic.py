@@ -32,7 +32,8 @@ from policies.conversation import Message
 from policies.tokens import TokenCounter
 from proxy.dialects.anthropic_cache import breakpoints, place
 from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_request, breakpoint_blocks
-from proxy.dialects.anthropic_messages import Read, read_messages, render
+from proxy.dialects.anthropic_messages import Read, read_messages
+from proxy.dialects.anthropic_render import render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
 from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, Usage, int_field
 from proxy.dialects.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
