@@ -24,11 +24,12 @@ from proxy.read_loop.commands import Command, Done, Fail, Read, Received, Send
 from proxy.read_loop.loop import ReadLoop
 from proxy.read_loop.store_reads import run_reads
 from proxy.state.store import Store
-from proxy.telemetry.exchange import LoopResult, dump_json
+from proxy.telemetry.exchange import LoopResult
 from proxy.telemetry.tracing import RequestTrace, upstream_call
 from proxy.upstream.pool import Upstream, failure_kind, stream_failure, upstream_failure
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import client_response_headers
+from proxy.wire.json_body import dump_json
 from proxy.wire.response_writer import ResponseWriter
 from proxy.wire.sse_framer import EventTooLarge, SSEFramer
 

@@ -17,10 +17,11 @@ from proxy.read_loop.driver import LoopDriver
 from proxy.read_loop.loop import ReadLoop
 from proxy.state.store import Store
 from proxy.state.token_factors import ScaledWindows
-from proxy.telemetry.exchange import Exchange, LoopResult, dump_json
+from proxy.telemetry.exchange import Exchange, LoopResult
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import RequestTrace
 from proxy.upstream.pool import Upstream
+from proxy.wire.json_body import dump_json
 from proxy.wire.response_writer import ResponseWriter
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]

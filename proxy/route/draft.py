@@ -14,8 +14,9 @@ from proxy.dialects.base import Dialect, Parsed
 from proxy.read_loop.runner import LoopPlan
 from proxy.route.compaction import Compacted
 from proxy.route.known_bodies import KnownBody
-from proxy.telemetry.exchange import Exchange, NestedTooDeep
+from proxy.telemetry.exchange import Exchange
 from proxy.upstream.providers import Provider
+from proxy.wire.json_body import NestedTooDeep
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -11,7 +11,7 @@ objects), and only the rest is parsed.
 
 Exactness: equal bytes in an equal context are an equal JSON value, so a reused item is
 exactly what parsing it again would give. Every parsed piece goes through orjson, as a whole
-body does (``exchange.parse_json``); a body orjson cannot read, a history that is not a list,
+body does (``wire/json_body.parse_json``); a body orjson cannot read, a history that is not a list,
 a duplicate top-level key, anything unexpected, is parsed whole the usual way. Reused objects
 are shared between requests, so nothing may change a parsed body in place (the proxy builds
 new bodies; ``CPX_VERIFY_KNOWN_BODIES=1`` compares every result with a whole
@@ -35,8 +35,8 @@ from typing import Any, Protocol
 import orjson
 
 from policies.conversation import role
-from proxy.telemetry.exchange import parse_json
 from proxy.wire.forwarding import header_value
+from proxy.wire.json_body import parse_json
 
 _CHUNK = 16 * 1024
 _SCANNER = json.JSONDecoder()

@@ -30,8 +30,8 @@ from proxy.dialects.agent_compaction import agent_compaction
 from proxy.dialects.base import Parsed
 from proxy.state.memory import malloc_trim
 from proxy.state.store import decode_checkpoint, encode_checkpoint
-from proxy.telemetry.exchange import dump_json, parse_json
 from proxy.wire.errors import ProxyError
+from proxy.wire.json_body import dump_json, parse_json
 
 
 def body_key(body: bytes) -> bytes:

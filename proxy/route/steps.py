@@ -42,7 +42,7 @@ from proxy.route.large_requests import LargeRequests
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
 from proxy.state.token_factors import ScaledWindows
-from proxy.telemetry.exchange import Exchange, NestedTooDeep, ShadowCompare
+from proxy.telemetry.exchange import Exchange, ShadowCompare
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
 from proxy.upstream.pool import Upstream
@@ -50,6 +50,7 @@ from proxy.upstream.providers import Provider
 from proxy.upstream.relay import relay
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
+from proxy.wire.json_body import NestedTooDeep
 from proxy.wire.response_writer import ResponseWriter
 
 MODES = ("enforce", "shadow", "canary", "off")

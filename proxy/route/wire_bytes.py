@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from proxy.route.known_bodies import KnownBody
-from proxy.telemetry.exchange import dump_json
+from proxy.wire.json_body import dump_json
 
 _BLANK_BYTES = b" \t\n\r"
 _COMMA = ord(",")

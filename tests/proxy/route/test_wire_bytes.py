@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.route.known_bodies import KnownBodies, KnownBody
 from proxy.route.wire_bytes import MIN_SPLICED_BYTES, client_tail, encode_view
-from proxy.telemetry.exchange import dump_json
+from proxy.wire.json_body import dump_json
 from tests.proxy.json_styles import STYLES, dump
 
 
