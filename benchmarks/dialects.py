@@ -2,7 +2,7 @@
 side by side in one run, for the same conversation written in each format.
 
 For each size, the same agent history (``bodies.py``) is written as a request of each door
-(``replay/doors.py``) and sent sequentially over one keep-alive connection, directly to the
+(``replay/session/doors.py``) and sent sequentially over one keep-alive connection, directly to the
 fake upstream and through the proxy, interleaved and alternating in order from one repetition
 to the next. Reported per door and size: the median latency the proxy adds, the proxy's CPU
 per request (its process tree's ticks over the requests), and both as ratios to chat.
@@ -28,7 +28,7 @@ from probes import Endpoint, HttpConnection
 from processes import CLK_TCK, ROOT, Processes, free_port, settle, tree_ticks
 
 sys.path.insert(0, str(ROOT))
-from replay.doors import PATHS, request
+from replay.session.doors import PATHS, request
 
 DOORS = ("chat", "responses", "anthropic")
 MODELS = {"chat": "gpt-4o", "responses": "gpt-4o", "anthropic": "claude-sonnet-4-6"}

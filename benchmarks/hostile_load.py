@@ -30,7 +30,7 @@ import httpx
 import orjson
 from aiohttp import web
 
-from replay.proxy_process import ProxyProcess, free_port
+from replay.session.proxy_process import ProxyProcess, free_port
 
 HANDLE = re.compile(rb"handle=(out_[0-9a-f]+)")
 KEY = "sk-bench-hostile-000000000000"

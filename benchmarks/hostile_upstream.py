@@ -37,7 +37,7 @@ from aiohttp import web
 
 from benchmarks import hostile_load
 from benchmarks.hostile_load import answer, step
-from replay.proxy_process import ProxyProcess
+from replay.session.proxy_process import ProxyProcess
 
 KEY = "sk-bench-hostile-upstream-0000"
 MB = 1 << 20

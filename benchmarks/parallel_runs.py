@@ -35,9 +35,9 @@ import httpx
 import orjson
 from aiohttp import web
 
-from replay.cases import Case, build_cases
-from replay.proxy_process import ProxyProcess, free_port
-from replay.rows import iter_rows
+from replay.recording.cases import Case, build_cases
+from replay.recording.rows import iter_rows
+from replay.session.proxy_process import ProxyProcess, free_port
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "trajectories.jsonl"
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "trajectories_sample.jsonl"

@@ -26,7 +26,7 @@ from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
-from replay.rows import iter_rows, row_messages, row_tools
+from replay.recording.rows import iter_rows, row_messages, row_tools
 
 
 async def replay(

@@ -33,8 +33,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from processes import Processes, free_port  # noqa: E402
 
-from replay.cases import Case, build_case  # noqa: E402
-from replay.rows import iter_rows  # noqa: E402
+from replay.recording.cases import Case, build_case  # noqa: E402
+from replay.recording.rows import iter_rows  # noqa: E402
 from tests.model_server import MODEL_ALIAS, ModelServer, unavailable_reason  # noqa: E402
 
 

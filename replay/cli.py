@@ -20,10 +20,10 @@ from proxy.dialects import DOORS
 from replay.cli_tools import add_tool_commands, inject_command, tune_command
 from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
 from replay.download import add_download_arguments, run_download_command
-from replay.gate import evaluate_gate
-from replay.report import console_table, report_html, summary_markdown
-from replay.results import write_json
-from replay.run_results import grade, results_of_run
+from replay.report.gate import evaluate_gate
+from replay.report.report import console_table, report_html, summary_markdown
+from replay.report.results import write_json
+from replay.report.run_results import grade, results_of_run
 
 DEMO_WINDOW = 16_000
 # The model demo's cases are ~2-5k tokens: a 3k window makes the compacting arm compact.
@@ -168,8 +168,8 @@ def demo_input(name: str = "demo.jsonl") -> Path:
 def _run(args: argparse.Namespace, demo: bool) -> int:
     import os
 
-    from replay.run import RunOptions, WorkerFailed, run_replay
-    from replay.shards import Shard
+    from replay.run.run import RunOptions, WorkerFailed, run_replay
+    from replay.run.shards import Shard
 
     overrides: dict[str, Any] = {
         "arms": tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else None,
@@ -238,8 +238,8 @@ def _run(args: argparse.Namespace, demo: bool) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from replay.merge import MergeError, merge_runs
-    from replay.shards import ManifestError
+    from replay.run.merge import MergeError, merge_runs
+    from replay.run.shards import ManifestError
 
     try:
         merged = merge_runs(args.runs, args.out, input_path=args.input)

@@ -58,8 +58,8 @@ def _names(value: str | None) -> list[str] | None:
 
 
 def inject_command(args: argparse.Namespace) -> int:
-    from replay.injection import POSITIONS, inject_file
-    from replay.injection_templates import FAMILIES
+    from replay.inject.injection import POSITIONS, inject_file
+    from replay.inject.templates import FAMILIES
 
     families = _names(args.families) or list(FAMILIES)
     positions = _names(args.positions) or list(POSITIONS)
@@ -78,7 +78,7 @@ def inject_command(args: argparse.Namespace) -> int:
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    from replay.tune_run import TuneOptions, run_tune
+    from replay.tune.run import TuneOptions, run_tune
 
     if not args.input.exists():
         print(f"replay: no such input file: {args.input}", file=sys.stderr)

@@ -76,7 +76,7 @@ def _ratio(name: str, value: float) -> None:
 
 
 class ModelPrices(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """A model's prices as ratios to its own full input price (``replay.cost``)."""
+    """A model's prices as ratios to its own full input price (``replay.session.cost``)."""
 
     # A prompt token read from the provider's prompt cache.
     cached_input: float
@@ -122,7 +122,7 @@ class Prices(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class CacheSimulation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """The provider prompt cache simulated per (arm, case) session (``replay.cost``)."""
+    """The provider prompt cache simulated per (arm, case) session (``replay.session.cost``)."""
 
     # openai: longest common prefix with a recent request (1,024 tokens on, 128-token steps);
     # anthropic: up to cache_control breakpoints; none; auto: anthropic for the Messages door,
@@ -169,7 +169,7 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     noise_floor: bool = True
     # Most turns an answer may take (tool calls answered with the sandbox-shutdown reply).
     max_answer_turns: int = 4
-    # The effective cost: the simulated prompt cache and the price table (``replay.cost``).
+    # The effective cost: the simulated prompt cache and the price table (``replay.session.cost``).
     cache: CacheSimulation = msgspec.field(default_factory=CacheSimulation)
     prices: Prices = msgspec.field(default_factory=Prices)
     gate: Gate | None = None

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from replay.proxy_process import ProxyProcess as ChildProxy
+from replay.session.proxy_process import ProxyProcess as ChildProxy
 from tests import redis_server
 from tests.fake_upstream import FakeUpstream
 

@@ -18,7 +18,7 @@ Where the rows come from, and why:
   ``X-Revision`` header) is the pinned one.
 
 Rows are written as JSON lines exactly as the parquet export delivers them (see
-``replay/rows.py``): every column of the dataset, nothing added. Progress lives in a sidecar
+``replay/recording/rows.py``): every column of the dataset, nothing added. Progress lives in a sidecar
 ``<out>.manifest.json``: the pinned revision, the filters, the source row numbers taken and the
 next source row to read. An interrupted run continues where it stopped; a run with other
 filters refuses unless told to ``restart``.

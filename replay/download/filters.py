@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replay.rows import row_messages, row_tools
+from replay.recording.rows import row_messages, row_tools
 
 # Token estimates use the project's offline counter (policies.tokens) with this encoding,
 # over the cleaned messages and tool schemas of a row, as a chat request would carry them.

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from replay.cases import Case
 from replay.questions.approval import approval_question
 from replay.questions.command_output import command_output_question
 from replay.questions.constraint import constraint_question
@@ -56,6 +55,7 @@ from replay.questions.first_edit import first_edit_question
 from replay.questions.question import ALL_KINDS, ARGUMENTS, CONTENT, KINDS, STATE_KINDS, Question
 from replay.questions.recording import history_texts, recorded_actions, repo_root, strings_in
 from replay.questions.state_contract import instruction_turns, stale_presented
+from replay.recording.cases import Case
 
 __all__ = [
     "ALL_KINDS",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay.cases import Case
 from replay.questions.question import Question
 from replay.questions.state_contract import state_question, stated
+from replay.recording.cases import Case
 
 PROMPT = (
     "Which actions has the user explicitly approved that you would otherwise need permission "

@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from policies.actions import SHELL
-from replay.cases import Case
 from replay.questions.question import CONTENT, Question, evidence_line
 from replay.questions.recording import INTERPRETER_SUFFIX, RecordedAction
+from replay.recording.cases import Case
 
 _MAX_COMMAND_CHARS = 300
 _MIN_OUTPUT_CHARS = 8

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay.cases import Case
 from replay.questions.question import Question
 from replay.questions.state_contract import state_question, stated
+from replay.recording.cases import Case
 
 PROMPT = (
     "Which constraints did the user set for this task that still apply? Quote each one exactly "

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay.cases import Case
 from replay.questions.question import Question
 from replay.questions.state_contract import state_question, stated
+from replay.recording.cases import Case
 
 PROMPT = (
     "The user corrected something they had told you earlier. What is the value that applies "

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay.cases import Case
 from replay.questions.question import Question
 from replay.questions.state_contract import state_question, stated
+from replay.recording.cases import Case
 
 PROMPT = (
     "Did the user ask you to do anything additional once the main work is done? State that "

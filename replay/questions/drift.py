@@ -18,8 +18,8 @@ from typing import Any
 
 from policies.conversation import Message, message_text, parse
 from policies.stages.common import SUMMARY_HEADER
-from replay.cases import Case
 from replay.questions.question import Question
+from replay.recording.cases import Case
 
 CYCLE_BUCKETS = ("0", "1", "2", "3+")
 _STATES = ("visible", "recoverable", "lost")
@@ -149,7 +149,7 @@ def lost_snippet(question: Question, case: Case, view_text: str, chars: int = SN
     """The part of the final view where a lost question's evidence should have been: around
     the nearest neighbour of its source message that is still in the view, else the start of
     the summary that replaced it, else the view's start. ``view_text`` is
-    ``replay.survival.view_text`` of the view. The first line says which. (The system
+    ``replay.session.survival.view_text`` of the view. The first line says which. (The system
     prompt and the task, which every arm keeps, are not used as neighbours.)"""
     source = min(question.source_messages) if question.source_messages else len(case.messages)
     messages = case.messages

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from replay.cases import Case
 from replay.questions.question import CONTENT, Question, evidence_line
 from replay.questions.recording import INTERPRETER_SUFFIX, OBSERVATION_PREFIX, observations
+from replay.recording.cases import Case
 
 # An exception line: at the start of a line (pytest's "E   " allowed) or after one short label
 # a script printed ("Error: ValueError: ..."); indented lines (docstrings, code) do not count.

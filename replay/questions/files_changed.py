@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from replay.cases import Case
 from replay.questions.question import Question
 from replay.questions.recording import locate_path, repo_root
+from replay.recording.cases import Case
 
 _DIFF_GIT = re.compile(r'^diff --git ("?a/.+?"?) ("?b/.+?"?)\s*$', re.MULTILINE)
 _DIFF_FILE = re.compile(r"^(?:---|\+\+\+) (\S+)", re.MULTILINE)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from policies.actions import EDIT, PATCH, SHELL, WRITE
 from policies.shell_commands import shell_write_targets
-from replay.cases import Case
 from replay.questions.question import ARGUMENTS, CONTENT, LONG_LINE_PREFIX, Question, evidence_line
 from replay.questions.recording import OBSERVATION_PREFIX, RecordedAction, repo_root
+from replay.recording.cases import Case
 
 _MAX_EVIDENCE_LINES = 5
 _MIN_LINE_CHARS = 6

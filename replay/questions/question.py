@@ -13,7 +13,7 @@ from dataclasses import dataclass
 KINDS = ("files_changed", "first_edit", "command_output", "error")
 # The state contract: what the user set (constraints, corrections, deferred
 # instructions, approvals, decisions). Real runs rarely state them, so these are asked where a
-# user turn states one in a recognised form, which the injection suite (replay.injection) adds.
+# user turn states one in a recognised form, which the injection suite (replay.inject.injection) adds.
 STATE_KINDS = ("constraint", "correction", "deferred_instruction", "approval", "decision")
 ALL_KINDS = (*KINDS, *STATE_KINDS)
 

@@ -15,8 +15,8 @@ from typing import Any
 from policies.actions import Action
 from policies.conversation import message_text, role, tool_call_ids
 from policies.message_actions import actions_of
-from replay.cases import Case
 from replay.questions.question import ARGUMENTS, CONTENT
+from replay.recording.cases import Case
 
 # How agents frame what a tool reported: text actions' observations open with a label, and
 # OpenHands appends the interpreter it ran; neither is part of what the program printed.

@@ -4,7 +4,7 @@ of a kind found among them, and the question built from it.
 Only the user's words count: for agents that write actions as text, the user message that
 answers an action is an observation (what a command printed), never an instruction; a harness
 preamble is not the user's either. A statement counts when the whole turn is one of the
-recognised sentences (``replay.injection_templates``): its reference is then read from the
+recognised sentences (``replay.inject.templates``): its reference is then read from the
 turn, exactly, and needs no model. Anything else a user wrote is omitted, with the reason.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.conversation import is_harness_preamble, message_text, parse
-from replay.cases import Case
-from replay.injection_templates import Stated, statements
+from replay.inject.templates import Stated, statements
 from replay.questions.question import CONTENT, Question
+from replay.recording.cases import Case
 
 NO_USER_TURN = "no user turn after the task"
 
@@ -74,7 +74,7 @@ def state_question(
 
 
 def stale_presented(question: Question, view_text: str) -> bool:
-    """The view (its text: ``replay.survival.view_text``) holds a superseded value but not
+    """The view (its text: ``replay.session.survival.view_text``) holds a superseded value but not
     the value in force: a compacted history that presents the stale statement as current."""
     if not question.stale:
         return False

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from policies.conversation import parse, role
-from replay.rows import iter_rows, row_messages, row_tools
+from replay.recording.rows import iter_rows, row_messages, row_tools
 from tests.fake_upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e

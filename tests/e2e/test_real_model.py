@@ -22,8 +22,8 @@ import pytest
 
 from policies.ledger import build_ledger
 from policies.stages.common import SUMMARY_HEADER
-from replay.cases import Case, build_case
-from replay.rows import iter_rows
+from replay.recording.cases import Case, build_case
+from replay.recording.rows import iter_rows
 from tests.conftest import ROOT, ProxyProcess
 from tests.e2e.test_prepared_summaries import step
 from tests.fake_upstream import free_port

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from replay.config import load_replay_config
-from replay.run import RunOptions, run_replay
+from replay.run.run import RunOptions, run_replay
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from policies.conversation import parse, role
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
-from replay.rows import iter_rows, row_messages, row_tools
+from replay.recording.rows import iter_rows, row_messages, row_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import respx
 
-from replay.rows import iter_rows
+from replay.recording.rows import iter_rows
 from tests.replay.fake_hub import FIXTURES, ROWS_IN_FIRST_FILE, FakeHub
 
 # The question tests' shared checks assert inside this helper module: rewritten, their failures

@@ -17,7 +17,7 @@ import httpx
 import respx
 
 from replay import download as dl
-from replay.rows import iter_rows
+from replay.recording.rows import iter_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 PIN = dl.REVISION

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from replay.cases import Case, build_case
 from replay.questions import build_questions, history_texts
+from replay.recording.cases import Case, build_case
 
 TASK = "<uploaded_files>\n/workspace/proj\n</uploaded_files>\nFix the bug in pkg/mod.py."
 

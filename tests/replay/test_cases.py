@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from policies.conversation import parse
-from replay.cases import Case, Rejected, build_case, build_cases
-from replay.rows import iter_rows
+from replay.recording.cases import Case, Rejected, build_case, build_cases
+from replay.recording.rows import iter_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "fixtures" / "sample_trajectories.jsonl"  # the 68 sample rows

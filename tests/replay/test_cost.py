@@ -1,4 +1,5 @@
-"""The prompt-cache simulator and the effective cost (``replay.cost``, ``replay.cost_figures``)."""
+"""The prompt-cache simulator and the effective cost (``replay.session.cost``,
+``replay.report.cost_figures``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import yaml
 
 from replay.config import ModelPrices, ReplayConfigError, load_replay_config
-from replay.cost import Billed, RequestShape, SessionLog, simulate
-from replay.cost_figures import arm_cost, compare_to_full, cost_model, per_successful_answer
+from replay.report.cost_figures import arm_cost, compare_to_full, cost_model, per_successful_answer
+from replay.session.cost import Billed, RequestShape, SessionLog, simulate
 
 
 def shape(blocks: list[tuple[int, int]], kind: str = "step", **extra: Any) -> RequestShape:

@@ -7,14 +7,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from replay.config import load_replay_config
-from replay.cost_figures import (
+from replay.report.cost_figures import (
     compare_to_full,
     cost_figures,
     cost_model,
     cost_run_note,
     refresh_per_successful_answer,
 )
-from replay.report import console_table, report_html, summary_markdown
+from replay.report.report import console_table, report_html, summary_markdown
 from tests.replay.test_cost import growing, shape
 from tests.replay.test_gate_report import arm, results
 

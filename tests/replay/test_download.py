@@ -13,7 +13,7 @@ import pytest
 from policies.tokens import TokenCounter
 from replay import download as dl
 from replay.download import remote_file
-from replay.rows import row_messages, row_tools
+from replay.recording.rows import row_messages, row_tools
 from tests.replay.fake_hub import FILES, PIN, FakeHub, manifest, run, written
 
 pytest.importorskip("pyarrow.parquet")

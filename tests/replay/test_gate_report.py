@@ -10,8 +10,8 @@ import pytest
 
 from replay.cli import _finish
 from replay.config import Gate, ReplayConfigError, load_replay_config
-from replay.gate import evaluate_gate
-from replay.report import console_table, report_html, summary_markdown
+from replay.report.gate import evaluate_gate
+from replay.report.report import console_table, report_html, summary_markdown
 
 
 def arm(reduction: float, lost: int, violations: int = 0, summaries: int = 0) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The injection suite (replay/injection.py): inserted user turns never break the tool-call
+"""The injection suite (replay/inject/injection.py): inserted user turns never break the tool-call
 protocol (every injected sample row is a case, with the same steps), land where they say,
 are deterministic for a seed, carry facts found nowhere else in the run, and give every
 state-contract kind its question."""
@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.conversation import message_text, parse, role
-from replay.cases import Case, build_case
-from replay.injection import (
+from replay.inject.injection import (
     EARLY_STEP,
     POSITIONS,
     InjectionError,
@@ -24,10 +23,11 @@ from replay.injection import (
     injection_label,
     insertion_points,
 )
-from replay.injection_templates import FAMILIES
+from replay.inject.templates import FAMILIES
 from replay.questions import ALL_KINDS, STATE_KINDS, build_questions
 from replay.questions.state_contract import instruction_turns
-from replay.rows import iter_rows
+from replay.recording.cases import Case, build_case
+from replay.recording.rows import iter_rows
 from tests.replay.question_runs import TASK, assistant, call, msg, result
 
 ROOT = Path(__file__).resolve().parents[2]

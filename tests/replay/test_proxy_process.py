@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from replay.proxy_process import ProxyProcess
+from replay.session.proxy_process import ProxyProcess
 
 
 def test_a_port_taken_before_the_proxy_binds_it_is_replaced(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.cases import Case, build_case
 from replay.questions import KINDS, build_questions, history_texts
-from replay.rows import iter_rows
+from replay.recording.cases import Case, build_case
+from replay.recording.rows import iter_rows
 from tests.replay.question_runs import call, native_run
 
 ROOT = Path(__file__).resolve().parents[2]

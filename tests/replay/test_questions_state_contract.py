@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from policies.stages.common import SUMMARY_HEADER
-from replay.cases import Case
-from replay.injection_templates import STALE_TEMPLATES, TEMPLATES, recognise
+from replay.inject.templates import STALE_TEMPLATES, TEMPLATES, recognise
 from replay.questions import (
     ALL_KINDS,
     CYCLE_BUCKETS,
@@ -27,7 +26,8 @@ from replay.questions import (
     stale_presented,
 )
 from replay.questions.state_contract import NO_USER_TURN, instruction_turns
-from replay.survival import survival, view_text
+from replay.recording.cases import Case
+from replay.session.survival import survival, view_text
 from tests.replay.question_runs import (
     TASK,
     assert_evidence_in_history,

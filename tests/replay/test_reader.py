@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from replay.reader import CALLS_PER_ANSWER, Reader, search_pattern
+from replay.session.reader import CALLS_PER_ANSWER, Reader, search_pattern
 
 
 def test_the_pattern_matches_the_evidence_literally_and_handle_mentions() -> None:

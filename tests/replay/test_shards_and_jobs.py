@@ -13,12 +13,12 @@ import pytest
 
 from proxy.config.settings import load_settings
 from replay.config import ReplayConfig, load_replay_config
-from replay.jobs import replay_cost, split_items
-from replay.loading import load_cases
-from replay.merge import MergeError, merge_runs
-from replay.parts import CasePart, part_path, write_part
-from replay.run import RunOptions, check_options, policy_specs_of, work_items
-from replay.shards import ManifestError, Shard, read_manifest, run_manifest, write_manifest
+from replay.run.jobs import replay_cost, split_items
+from replay.run.loading import load_cases
+from replay.run.merge import MergeError, merge_runs
+from replay.run.parts import CasePart, part_path, write_part
+from replay.run.run import RunOptions, check_options, policy_specs_of, work_items
+from replay.run.shards import ManifestError, Shard, read_manifest, run_manifest, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLE = ROOT / "tests" / "fixtures" / "trajectories_sample.jsonl"

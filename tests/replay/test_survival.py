@@ -6,7 +6,7 @@ import orjson
 
 from policies.handles import new_handle as content_handle
 from policies.handles import placeholder_text
-from replay.survival import handles_in, merge_counts, survival, survival_counts, view_text
+from replay.session.survival import handles_in, merge_counts, survival, survival_counts, view_text
 
 OUTPUT = "collected 3 items\n\n=== 1 failed, 2 passed in 0.12s ==="
 HANDLE = content_handle(OUTPUT)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config.settings import load_settings
-from replay.tune import (
+from replay.tune.report import write_outputs
+from replay.tune.search import (
     Candidate,
     Measured,
     TuneState,
@@ -18,7 +19,6 @@ from replay.tune import (
     search,
     searchable,
 )
-from replay.tune_report import write_outputs
 
 IMPROVED = load_settings(env={}).policies["improved"].stages
 

@@ -1,4 +1,4 @@
-"""What the recorded upstream logs per session for the cost simulation (``replay.upstream``)."""
+"""What the recorded upstream logs per session for the cost simulation (``replay.session.upstream``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import orjson
 from policies.tokens import REPLY_PRIMING, TokenCounter
 from proxy.dialects.anthropic_from_chat import breakpoint_blocks as anthropic_breakpoints
 from proxy.dialects.anthropic_messages import read_messages
-from replay.cost import RequestShape
-from replay.doors import PATHS, request
-from replay.upstream import SESSION_HEADER, TICKET_HEADER, RecordedUpstream, Ticket
+from replay.session.cost import RequestShape
+from replay.session.doors import PATHS, request
+from replay.session.upstream import SESSION_HEADER, TICKET_HEADER, RecordedUpstream, Ticket
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 HISTORY: list[dict[str, Any]] = [
@@ -74,7 +74,7 @@ def test_each_request_is_logged_with_its_kind_tokens_and_blocks() -> None:
 
 
 def test_read_rounds_of_a_ticket_are_logged_as_such() -> None:
-    from replay.upstream import request_kind
+    from replay.session.upstream import request_kind
 
     step, answer = Ticket(reply=REPLY), Ticket(reply=None)
     assert request_kind(step) == "step" and request_kind(answer) == "answer"

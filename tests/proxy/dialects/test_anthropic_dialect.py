@@ -21,8 +21,8 @@ from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from proxy.dialects.anthropic import AnthropicDialect, breakpoints
 from proxy.dialects.anthropic_messages import OPENING
-from replay.doors import request
-from replay.rows import iter_rows, row_messages, row_tools
+from replay.recording.rows import iter_rows, row_messages, row_tools
+from replay.session.doors import request
 from tests.anthropic_protocol import problems, signatures
 from tests.policies.conversations import conversation
 

@@ -13,8 +13,8 @@ from policies.digests import Digests
 from policies.pipeline import Checkpoint, build_policies
 from policies.tokens import TokenCounter
 from proxy.route.known_prefix import KnownPrefixes
-from replay.cases import Case, build_case
-from replay.rows import iter_rows
+from replay.recording.cases import Case, build_case
+from replay.recording.rows import iter_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 ENCODING = "o200k_base"

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from replay.cases import Case
 from replay.config import ReplayConfig, config_builtins
+from replay.recording.cases import Case
 
 PART_VERSION = 4
 # Settings that never change what an arm does on a case (the cost is computed from a part's
@@ -48,7 +48,7 @@ class CasePart:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     questions: list[dict[str, Any]] = field(default_factory=list)
     # Every request of the session as the recorded upstream received it, as shapes for the
-    # prompt-cache simulation (``replay.cost``, ``RecordedUpstream.take_session``).
+    # prompt-cache simulation (``replay.session.cost``, ``RecordedUpstream.take_session``).
     requests: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 

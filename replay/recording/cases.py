@@ -23,7 +23,7 @@ import orjson
 from policies.actions import Action
 from policies.conversation import Message, message_text, parse, role, tool_call_ids
 from policies.message_actions import actions_of
-from replay.rows import row_messages, row_tools
+from replay.recording.rows import row_messages, row_tools
 
 # Actions that end a run: their call never gets a result.
 FINISH_ACTIONS = frozenset({"finish", "submit", "task_complete", "attempt_completion"})

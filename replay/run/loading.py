@@ -9,9 +9,9 @@ from pathlib import Path
 
 import orjson
 
-from replay.cases import Case, Rejected, build_case
 from replay.questions import Question, build_questions
-from replay.rows import iter_rows
+from replay.recording.cases import Case, Rejected, build_case
+from replay.recording.rows import iter_rows
 
 
 @dataclass(slots=True)

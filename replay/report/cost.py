@@ -1,11 +1,11 @@
 """The effective cost in the reports: the main table's cost columns, how the costs were
-computed, and with model arms the cost per successful answer (``replay.cost_figures``)."""
+computed, and with model arms the cost per successful answer (``replay.report.cost_figures``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from replay.cost_figures import per_successful_answer
+from replay.report.cost_figures import per_successful_answer
 
 COST_HEADER = ["cache hit", "effective cost (mean/case)", "vs full"]
 

@@ -23,15 +23,15 @@ from policies.conversation import Message, message_text
 from replay.config import ModelEndpoint, ReplayConfig
 
 if TYPE_CHECKING:
-    from replay.cases import Case
     from replay.questions import Question
-    from replay.upstream import Ticket
+    from replay.recording.cases import Case
+    from replay.session.upstream import Ticket
 
 AnswerRun = dict[str, Any]
 
 
 class AnswerAsker(Protocol):
-    """What answering a question asks of the replayer (``replay/replayer.py``): the run's
+    """What answering a question asks of the replayer (``replay/run/replayer.py``): the run's
     configuration and one answering turn through the proxy."""
 
     config: ReplayConfig

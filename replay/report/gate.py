@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from replay.config import Gate
-from replay.results import survival_share
+from replay.report.results import survival_share
 
 
 def _accuracy(figures: dict[str, Any], label: str) -> float | None:

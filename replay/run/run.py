@@ -1,10 +1,10 @@
 """Shadow replay: recorded cases through the running proxy, arm by arm (``replay run``).
 
-Every (arm, case) pair is replayed by a replayer (``replay.replayer``): a recorded upstream and
+Every (arm, case) pair is replayed by a replayer (``replay.run.replayer``): a recorded upstream and
 a proxy, the case's steps as requests in one session, then its questions. ``--jobs N`` splits
-the pairs over N worker processes, each with its own upstream and proxy (``replay.jobs``);
+the pairs over N worker processes, each with its own upstream and proxy (``replay.run.jobs``);
 ``--shard K/N`` replays only a slice of the cases, for ``replay merge`` to combine
-(``replay.shards``). Each finished pair is saved under ``DIR/parts`` with a key (``replay.parts``)
+(``replay.run.shards``). Each finished pair is saved under ``DIR/parts`` with a key (``replay.run.parts``)
 so an interrupted run resumes, and ``DIR/manifest.json`` names what the run directory holds.
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 import msgspec
 
 from proxy.config.settings import Settings
-from replay.jobs import WorkerFailed, replay_in_workers
-from replay.loading import Loaded, load_cases
-from replay.parts import PART_VERSION, CasePart, WorkItem, part_key, part_path, read_part
-from replay.progress import Progress
-from replay.replayer import REPLAY_KEY, Replayer, RunOptions, proxy_settings, replay_items
-from replay.shards import Shard, run_manifest, write_manifest
+from replay.run.jobs import WorkerFailed, replay_in_workers
+from replay.run.loading import Loaded, load_cases
+from replay.run.parts import PART_VERSION, CasePart, WorkItem, part_key, part_path, read_part
+from replay.run.progress import Progress
+from replay.run.replayer import REPLAY_KEY, Replayer, RunOptions, proxy_settings, replay_items
+from replay.run.shards import Shard, run_manifest, write_manifest
 
 __all__ = [
     "PART_VERSION",
@@ -111,7 +111,7 @@ def _cancel_on_sigterm() -> Callable[[], None]:
 
 async def run_replay(options: RunOptions) -> dict[str, Any]:
     """Replay every case (of the shard) through every arm; returns the raw parts and what the
-    results need (see ``replay.results``)."""
+    results need (see ``replay.report.results``)."""
     config = options.config
     settings = proxy_settings(options)
     check_options(options, settings)

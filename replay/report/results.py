@@ -15,7 +15,7 @@ Schema (version 1; every count is an integer):
   extends the previous view unchanged (what a provider's prompt cache needs; null when no
   pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
   range, for the deterministic check and the judge.
-  ``cost`` (``replay.cost_figures``; null in shadow mode, or when a part holds no request
+  ``cost`` (``replay.report.cost_figures``; null in shadow mode, or when a part holds no request
   shapes): ``{requests, prompt_tokens, cached_tokens, uncached_tokens, cache_write_tokens,
   cache_hit_share, summarizer_tokens: {input, output}, read_round_tokens: {requests, input,
   cached, output}, effective_input_tokens, effective_input_tokens_mean, effective_vs_full}``
@@ -44,12 +44,12 @@ from typing import Any
 import orjson
 
 from replay.config import ReplayConfig
-from replay.cost_figures import CostModel, compare_to_full, cost_figures, cost_model, cost_run_note
 from replay.questions import STATE_KINDS, Question
 from replay.questions.drift import drift_table, failing_examples
-from replay.run import CasePart, Loaded
-from replay.run_record import run_record
-from replay.survival import SURVIVAL_STATES, merge_counts
+from replay.report.cost_figures import CostModel, compare_to_full, cost_figures, cost_model, cost_run_note
+from replay.run.record import run_record
+from replay.run.run import CasePart, Loaded
+from replay.session.survival import SURVIVAL_STATES, merge_counts
 
 SCHEMA_VERSION = 1
 

@@ -3,7 +3,7 @@ a correction, a deferred instruction, an approval or a decision: what the user s
 compaction must keep.
 
 Real SWE runs rarely hold such turns, so the suite adds them: each from a template of its
-family (``replay.injection_templates``) whose fact is an exact token found nowhere else in the
+family (``replay.inject.templates``) whose fact is an exact token found nowhere else in the
 run. A correction is preceded by the wrong statement it corrects. The result is a row in the
 dataset's shape, so an injected file is just another ``replay run --input``; the state-contract
 question kinds find the turns in the recorded history and ask about them.
@@ -32,8 +32,7 @@ import orjson
 
 from policies.actions import EDIT_KINDS
 from policies.conversation import parse, role
-from replay.cases import Case, Rejected, build_case
-from replay.injection_templates import (
+from replay.inject.templates import (
     COMPONENTS,
     CONFIG_FILES,
     CONFIG_KEYS,
@@ -49,7 +48,8 @@ from replay.injection_templates import (
 )
 from replay.questions import history_texts, patch_paths, repo_root
 from replay.questions.recording import recorded_actions
-from replay.rows import iter_rows
+from replay.recording.cases import Case, Rejected, build_case
+from replay.recording.rows import iter_rows
 
 POSITIONS = ("early", "middle", "late")
 _SUFFIX = re.compile(r"--inject-([A-Za-z0-9]+)-s-?\d+$")

@@ -5,7 +5,7 @@ would write them), each replayed as one more arm beside ``full`` and the base, t
 same proxy and the same recorded upstream as ``replay run``. A candidate is feasible when it
 passes the release gate of the replay config (survival per kind against ``full``, protocol,
 calls per case); the winner is the feasible candidate with the lowest effective cost (the
-full-price input tokens of ``replay.cost``: cache hits, summarizer and read rounds included).
+full-price input tokens of ``replay.session.cost``: cache hits, summarizer and read rounds included).
 
 The search is deterministic for a seed: a sample of the knob grid first, then rounds that move
 one knob of the best feasible candidate one grid step each way. Each (arm, case) is saved as

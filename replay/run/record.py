@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from replay.config import ReplayConfig, config_builtins
-from replay.loading import Loaded
+from replay.run.loading import Loaded
 
 
 def run_record(

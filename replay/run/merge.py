@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from replay.config import ReplayConfig, load_replay_config
-from replay.loading import Loaded, load_cases
-from replay.parts import CasePart, WorkItem, part_key, part_path, read_part
-from replay.shards import Shard, read_manifest, write_manifest
+from replay.run.loading import Loaded, load_cases
+from replay.run.parts import CasePart, WorkItem, part_key, part_path, read_part
+from replay.run.shards import Shard, read_manifest, write_manifest
 
 # What every manifest of a merge must hold alike.
 AGREEING_FIELDS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from replay.tune import Measured, TuneState, best, frontier
+from replay.tune.search import Measured, TuneState, best, frontier
 
 
 def winner_snippet(winner: Measured, name: str = "tuned") -> str:

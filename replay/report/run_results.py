@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
-from replay.answers import exact_check, judge_answer
 from replay.config import ModelEndpoint, ReplayConfig
-from replay.cost_figures import refresh_per_successful_answer
-from replay.results import accuracy_of, build_results
+from replay.report.cost_figures import refresh_per_successful_answer
+from replay.report.results import accuracy_of, build_results
+from replay.session.answers import exact_check, judge_answer
 
 
 def results_of_run(config: ReplayConfig, raw: dict[str, Any], input_path: Path) -> dict[str, Any]:

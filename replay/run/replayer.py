@@ -5,7 +5,7 @@ over HTTP as the agent sent it, in its own session; the recorded upstream answer
 recorded message. Then each question is appended to the final history (Figure 7: every
 question sees the same history view) and the view the arm sends is captured, for the evidence
 check and, with an answering model, for an answer. ``replay_items`` runs one replayer: in the
-run's own process (``--jobs 1``) or in each worker process (``replay.jobs``).
+run's own process (``--jobs 1``) or in each worker process (``replay.run.jobs``).
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ from proxy.config.settings import Settings, load_settings
 from proxy.state.sessions import tenant_of
 from proxy.state.store import Store
 from proxy.state.store_factory import make_store
-from replay.answers import AnswerRun, answer_question
-from replay.cases import Case
 from replay.config import ReplayConfig
-from replay.doors import PATHS, request
-from replay.loading import Loaded
-from replay.parts import CasePart, WorkItem, part_path, write_part
-from replay.proxy_process import ProxyProcess, replay_proxy_config
 from replay.questions import Question
 from replay.questions.drift import lost_snippet, question_cycles
 from replay.questions.state_contract import stale_presented
-from replay.reader import Reader
-from replay.shards import Shard
-from replay.survival import handles_in, survival, view_text
-from replay.upstream import TICKET_HEADER, Received, RecordedUpstream, Ticket
+from replay.recording.cases import Case
+from replay.run.loading import Loaded
+from replay.run.parts import CasePart, WorkItem, part_path, write_part
+from replay.run.shards import Shard
+from replay.session.answers import AnswerRun, answer_question
+from replay.session.doors import PATHS, request
+from replay.session.proxy_process import ProxyProcess, replay_proxy_config
+from replay.session.reader import Reader
+from replay.session.survival import handles_in, survival, view_text
+from replay.session.upstream import TICKET_HEADER, Received, RecordedUpstream, Ticket
 
 REPLAY_KEY = "sk-replay-harness"
 
@@ -58,9 +58,9 @@ class RunOptions:
     # Port of the recorded upstream (0: any free one). A proxy given with ``proxy_url`` must
     # forward to http://127.0.0.1:<upstream_port>/v1.
     upstream_port: int = 0
-    # Worker processes, each with its own recorded upstream and proxy (``replay.jobs``).
+    # Worker processes, each with its own recorded upstream and proxy (``replay.run.jobs``).
     jobs: int = 1
-    # Replay only this slice of the cases (``replay.shards``); None: all of them.
+    # Replay only this slice of the cases (``replay.run.shards``); None: all of them.
     shard: Shard | None = None
 
 

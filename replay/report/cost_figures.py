@@ -1,6 +1,6 @@
 """An arm's cost figures (``results.json`` ``arms.*.cost``) and their place in the reports.
 
-The cache simulation and the tallies are ``replay.cost``; here the run's config picks the rule
+The cache simulation and the tallies are ``replay.session.cost``; here the run's config picks the rule
 and the rates, each arm's case sessions are billed, and the figures are compared with the full
 arm's and, with model arms, divided by the correct answers.
 """
@@ -13,8 +13,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from replay.config import ReplayConfig
-from replay.cost import MIN_CACHED_TOKENS, OPENAI_INCREMENT, Rates, RequestShape, Tallies
-from replay.parts import CasePart
+from replay.run.parts import CasePart
+from replay.session.cost import MIN_CACHED_TOKENS, OPENAI_INCREMENT, Rates, RequestShape, Tallies
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ Case number ``i`` (0-based, counted among the usable cases of the input in file 
 same file with the same settings. ``DIR/manifest.json`` names what a run directory holds: the
 input's SHA-256, the shard, the arms, hashes of the replay settings, the arms' policies and the
 proxy configuration, and the cases whose parts it holds. ``replay merge`` checks that the
-manifests of the runs it combines agree (``replay.merge``).
+manifests of the runs it combines agree (``replay.run.merge``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import orjson
 
 from proxy.config.settings import Settings
 from replay.config import ReplayConfig, config_builtins
-from replay.loading import Loaded
-from replay.proxy_process import replay_proxy_config
+from replay.run.loading import Loaded
+from replay.session.proxy_process import replay_proxy_config
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1

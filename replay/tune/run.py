@@ -1,6 +1,6 @@
 """``replay tune`` run for real: each batch of candidate policies replayed beside ``full``
 through the harness (from saved parts when already run), judged by the release gate, and the
-search's frontier and winner written out. The search itself is ``replay.tune``."""
+search's frontier and winner written out. The search itself is ``replay.tune.search``."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import yaml
 
 from proxy.config.settings import load_settings
 from replay.config import Gate, load_replay_config
-from replay.gate import evaluate_gate
-from replay.run import RunOptions, run_replay
-from replay.run_results import results_of_run
-from replay.tune import KNOBS, Candidate, Evaluate, Measured, search, searchable
-from replay.tune_report import write_outputs
+from replay.report.gate import evaluate_gate
+from replay.report.run_results import results_of_run
+from replay.run.run import RunOptions, run_replay
+from replay.tune.report import write_outputs
+from replay.tune.search import KNOBS, Candidate, Evaluate, Measured, search, searchable
 
 
 @dataclass(frozen=True)

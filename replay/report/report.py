@@ -10,10 +10,10 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from replay.report_cost import COST_HEADER, cost_cells, cost_note, per_success_table
-from replay.report_drift import DRIFT_NOTE, drift_rows, failing_examples_html
-from replay.report_reads import READS_NOTE, reads_table
-from replay.results import survival_share
+from replay.report.cost import COST_HEADER, cost_cells, cost_note, per_success_table
+from replay.report.drift import DRIFT_NOTE, drift_rows, failing_examples_html
+from replay.report.reads import READS_NOTE, reads_table
+from replay.report.results import survival_share
 
 KIND_LABELS = {
     "files_changed": "files changed",

@@ -117,7 +117,7 @@ STALE_TEMPLATES: tuple[Template, ...] = (
     Template(STALE, "Note: the option that controls this lives in `{config}` under the key `{stale}`."),
 )
 
-# --- the made-up values the slots take (deterministic choices, see replay.injection) ------
+# --- the made-up values the slots take (deterministic choices, see replay.inject.injection) ------
 
 PROTECTED_DIR_NAMES = ("fixtures", "golden", "snapshots", "vendored", "generated", "baselines")
 # (corrected key, the stale key it replaces)

@@ -30,10 +30,10 @@ from policies.tokens import REPLY_PRIMING, TokenCounter
 from proxy.dialects import DOORS
 from proxy.dialects.base import Parsed
 from replay.config import ModelEndpoint
-from replay.cost import SessionLog
-from replay.doors import adapter, answer, chat_request, read, tool_names
-from replay.reader import Reader
-from replay.survival import view_text
+from replay.session.cost import SessionLog
+from replay.session.doors import adapter, answer, chat_request, read, tool_names
+from replay.session.reader import Reader
+from replay.session.survival import view_text
 
 TICKET_HEADER = "X-Replay-Ticket"
 SESSION_HEADER = "x-session-id"
@@ -59,7 +59,7 @@ class Received:
 
 
 def request_kind(ticket: Ticket) -> str:
-    """What a request is, for ``replay.cost``: asked before the request joins the ticket."""
+    """What a request is, for ``replay.session.cost``: asked before the request joins the ticket."""
     if ticket.keep_messages:
         return "question"
     kind = "answer" if ticket.reply is None else "step"
@@ -72,7 +72,7 @@ class Ticket:
     forward: ModelEndpoint | None = None
     keep_messages: bool = False
     # A question point answered by the scripted reader: it reads saved outputs through the
-    # proxy before the recorded reply (``replay.reader``).
+    # proxy before the recorded reply (``replay.session.reader``).
     reader: Reader | None = None
     received: list[Received] = field(default_factory=list)
     # What the answering model consumed (forwarded requests): calls and tokens.
@@ -106,7 +106,7 @@ class RecordedUpstream:
         return self.tickets.pop(name)
 
     def take_session(self, session: str) -> list[dict[str, Any]]:
-        """The shapes of every request of ``session`` so far, as JSON (``replay.cost``), and
+        """The shapes of every request of ``session`` so far, as JSON (``replay.session.cost``), and
         the log forgotten."""
         log = self.sessions.pop(session, None)
         return log.to_json() if log is not None else []

@@ -29,10 +29,10 @@ from typing import Any
 
 import orjson
 
-from replay.cases import Case
-from replay.loading import Loaded, only_cases
-from replay.parts import WorkItem
-from replay.replayer import Replayed, RunOptions, replay_items
+from replay.recording.cases import Case
+from replay.run.loading import Loaded, only_cases
+from replay.run.parts import WorkItem
+from replay.run.replayer import Replayed, RunOptions, replay_items
 
 # What a worker reports: ("steps", worker, count), ("done", worker, what it did) or
 # ("failed", worker, traceback).
