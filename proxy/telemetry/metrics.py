@@ -107,7 +107,7 @@ class Metrics:
         )
         self.errors = Counter(
             "compaction_proxy_errors",
-            "Errors by kind (upstream_unreachable, upstream_timeout, bad_request...).",
+            "Errors by kind (upstream_unreachable, upstream_timeout, store_write...).",
             ("kind",),
             registry=r,
         )
