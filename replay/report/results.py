@@ -329,3 +329,23 @@ def survival_share(counts: dict[str, int]) -> float | None:
     """Share of questions whose evidence is visible or recoverable."""
     total = sum(counts.get(s, 0) for s in SURVIVAL_STATES)
     return (counts.get("visible", 0) + counts.get("recoverable", 0)) / total if total else None
+
+
+KIND_LABELS = {
+    "files_changed": "files changed",
+    "first_edit": "first edit",
+    "command_output": "command output",
+    "error": "error",
+    "constraint": "constraint",
+    "correction": "correction",
+    "deferred_instruction": "deferred instruction",
+    "approval": "approval",
+    "decision": "decision",
+}
+
+
+def kinds_in(results: dict[str, Any]) -> list[str]:
+    """The question kinds the run asked that some arm has survival figures for, in run order."""
+    kinds: list[str] = list(results["run"]["config"]["kinds"])
+    present = {k for arm in results["arms"].values() for k in arm["survival"]}
+    return [k for k in kinds if k in present]
