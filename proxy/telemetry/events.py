@@ -7,7 +7,7 @@ before and after; handles offloaded; the summary's hash and the summarizer's mod
 seconds and any fallback; the read_tool_output rounds with their usage), plus the session
 checkpoint that produced the view. At a compaction point the event also holds the view itself
 (compressed); between points the checkpoint and the client's history (which the agent keeps,
-or a recorded trace) rebuild it with ``policies.pipeline.apply_checkpoint``; the outputs its
+or a recorded trace) rebuild it with ``policies.sticky.apply_checkpoint``; the outputs its
 handles name are in the store.
 
 Events are written to the store (tenant-scoped) and, when configured, appended as JSON lines
