@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from policies.conversation import Message, message_text
 from policies.facts import SummaryFact
 from policies.handles import mention, new_handle
-from policies.ledger import LEDGER_HEADING, Ledger, build_ledger
+from policies.ledger import LEDGER_HEADING, Ledger
+from policies.ledger_extraction import build_ledger
 from policies.stages.common import SUMMARY_HEADER, summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
 from policies.transcript import build_transcript

@@ -20,7 +20,7 @@ import openai
 import orjson
 import pytest
 
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.stages.common import SUMMARY_HEADER
 from replay.recording.cases import Case, build_case
 from replay.recording.rows import iter_rows

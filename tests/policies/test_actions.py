@@ -20,7 +20,7 @@ from policies.actions import (
     WRITE,
     classify,
 )
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.message_actions import actions_of, text_actions
 
 PATCH_TEXT = (

@@ -16,7 +16,7 @@ import pytest
 from policies.artifacts import edit_artifact
 from policies.conversation import message_text, parse
 from policies.handles import ARGUMENT_PREFIX, PATTERN, names_a_handle
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.ledger_records import EditRecord, render_edits
 from policies.message_actions import call_action, text_actions
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policy

@@ -10,7 +10,7 @@ from typing import Any
 import policies.stages.retry_collapse as retry_collapse
 from policies.conversation import message_text, parse
 from policies.handles import is_placeholder
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policy
 from policies.stages.micro_compact import PLACEHOLDER
 from policies.summarizer import SummaryRequest, SummaryResult

@@ -16,7 +16,8 @@ import pytest
 from policies.budget import read_room_for
 from policies.conversation import message_text, parse
 from policies.handles import PATTERN
-from policies.ledger import Ledger, build_ledger
+from policies.ledger import Ledger
+from policies.ledger_extraction import build_ledger
 from policies.ledger_records import TranscriptRecord, UserWords
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policy
 from policies.tokens import TokenCounter

@@ -10,7 +10,7 @@ from typing import Any
 
 from policies.conversation import message_text
 from policies.handles import PATTERN
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.ledger_records import LONG_USER_CHARS
 from policies.pipeline import Checkpoint, PolicyOutcome, build_policy
 from policies.summarizer import SummaryRequest, SummaryResult

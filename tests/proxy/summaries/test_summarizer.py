@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from policies.ledger import build_ledger
+from policies.ledger_extraction import build_ledger
 from policies.pipeline import build_policy
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
