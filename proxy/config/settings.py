@@ -78,7 +78,7 @@ class Settings(Section, frozen=True):
     anthropic: AnthropicSettings = msgspec.field(default_factory=AnthropicSettings)
     state_dir: str = "./var"
     mode: Mode = "enforce"
-    policy: str = "full"
+    policy: str = "improved"
     policies: dict[str, PolicySettings] = msgspec.field(default_factory=_default_policies)
     # One table per model name pattern; load_settings derives the lookup tables below from it.
     models: dict[str, ModelSettings] = msgspec.field(

@@ -83,7 +83,7 @@ def started_line(box: Sandbox) -> None:
     started = next(orjson.loads(line) for line in first_log.read_text().splitlines() if '"started"' in line)
     assert started["listen"] == f"http://127.0.0.1:{box.ports['8080']}"
     assert started["upstream"] == box.env["COMPACTION_PROXY_UPSTREAM_URL"]
-    assert (started["policy"], started["mode"]) == ("full", "enforce")
+    assert (started["policy"], started["mode"]) == ("improved", "enforce")
     assert started["store"] == "sqlite var/compaction.db" and started["version"]
 
 

@@ -25,7 +25,7 @@ def test_no_file_means_built_in_defaults() -> None:
     assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8080)
     assert settings.upstream.base_url == "https://api.openai.com/v1"
     assert settings.state_dir == "./var"
-    assert (settings.mode, settings.policy) == ("enforce", "full")
+    assert (settings.mode, settings.policy) == ("enforce", "improved")
 
 
 @pytest.mark.parametrize(
