@@ -14,6 +14,7 @@ from policies.tokens import TokenCounter
 from proxy import package_version
 from proxy.canary.runtime import CanaryArms, CanaryJudge, CanaryPrices, CanaryRecord
 from proxy.canary.store import make_canary_book
+from proxy.config.merge import configured_window_patterns
 from proxy.config.sections import TracingSettings
 from proxy.config.settings import Settings, policy_specs
 from proxy.dialects import DOORS, Dialect, make_dialects
@@ -34,6 +35,8 @@ from proxy.read_tool.tool import ReadLimits, tool_schema
 from proxy.route.compaction import CompactionService
 from proxy.route.large_requests import LargeRequests
 from proxy.route.steps import CompactingRoute
+from proxy.route.windows import WindowLearning
+from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, ConfiguredModels, LearnedWindows
 from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
 from proxy.state.store_factory import make_store
@@ -46,6 +49,7 @@ from proxy.telemetry.shadow import ShadowComparer
 from proxy.telemetry.tracing import TraceExport, Tracer
 from proxy.upstream.pool import Upstream
 from proxy.upstream.providers import make_providers
+from proxy.upstream.window_probe import WindowProbe
 
 
 @dataclass
@@ -97,6 +101,7 @@ class AppParts:
             path=Path(settings.state_dir) / "token_factors.json",
         )
         windows = make_windows(settings, factors, log, metrics)
+        learning = make_learning(settings, windows, upstream, metrics, log)
         large = LargeRequests(settings)
         service = make_service(settings, counter, windows, store, sessions, metrics, summarizer, large)
         policies = build_policies(policy_specs(settings))
@@ -117,7 +122,7 @@ class AppParts:
         )
         book = make_canary_book(store)
         arms = CanaryArms(settings.canary, book)
-        route = make_route(settings, policies, dialects, service, loops, shadow, arms)
+        route = make_route(settings, policies, dialects, service, loops, shadow, arms, learning)
         events = EventSink(
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc
         )
@@ -200,6 +205,7 @@ def make_route(
     loops: LoopRunner,
     shadow: ShadowComparer,
     canary: CanaryArms | None = None,
+    learning: WindowLearning | None = None,
 ) -> CompactingRoute:
     return CompactingRoute(
         dialects=dialects,
@@ -215,6 +221,7 @@ def make_route(
         loops=loops,
         read_max_lines=settings.read_tool.max_lines,
         canary=canary,
+        learning=learning,
     )
 
 
@@ -282,7 +289,23 @@ def make_windows(settings: Settings, factors: TokenFactors, log: Any, metrics: M
         )
         metrics.models_defaulted.labels(model[:100]).inc()
 
-    return ScaledWindows(settings.context_windows, factors, on_default=defaulted)
+    providers = make_providers(settings)
+    learned = LearnedWindows(
+        Path(settings.state_dir) / LEARNED_WINDOWS_FILE if settings.upstream.learn_windows else None,
+        (providers.openai.base.key, providers.anthropic.base.key),
+        ConfiguredModels(configured_window_patterns(settings.context_windows)),
+    )
+    learned.load()
+    return ScaledWindows(settings.context_windows, factors, on_default=defaulted, learned=learned)
+
+
+def make_learning(
+    settings: Settings, windows: ScaledWindows, upstream: Upstream, metrics: Metrics, log: Any
+) -> WindowLearning | None:
+    """Windows learned from the provider (upstream.learn_windows), else none."""
+    if not settings.upstream.learn_windows or windows.learned is None:
+        return None
+    return WindowLearning(windows, windows.learned, WindowProbe(upstream), metrics, log)
 
 
 def loop_limits(settings: Settings) -> LoopLimits:

@@ -125,6 +125,13 @@ def derived_tables(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def configured_window_patterns(context_windows: Mapping[str, int]) -> tuple[str, ...]:
+    """The model patterns whose window your configuration sets (not the built-in table's): a
+    window the provider tells the proxy never replaces one of these."""
+    builtin = derived_tables(builtin_models())["context_windows"]
+    return tuple(p for p, w in context_windows.items() if p != "default" and builtin.get(p) != w)
+
+
 def apply_models(data: dict[str, Any]) -> None:
     """Set ``models`` to the merged table and fill every derived table the file did not set."""
     models = merge_models(data.get("models"))

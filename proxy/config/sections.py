@@ -66,6 +66,8 @@ class UpstreamSettings(Section, frozen=True):
     # body and one event of a stream at most (past them: a clean 502 upstream_too_large).
     max_response_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = 64 << 20
     max_event_bytes: Annotated[int, msgspec.Meta(ge=1 << 16)] = 16 << 20
+    # Learn each model's window from the provider (its metadata, its refusals); see config.yml.
+    learn_windows: bool = True
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.base_url):
@@ -212,8 +214,9 @@ class SummarizerSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     breaker_cooldown: Annotated[float, msgspec.Meta(ge=0)] = 300.0
     # Prepare the model summary ahead, off the request path, once a request passes this share
     # of the window; a compaction point then never waits for the summarizer (it uses a checked
-    # prepared summary, or the ledger alone at once). null: a compaction point waits for it.
-    prepare_at: Annotated[float, msgspec.Meta(gt=0, lt=1)] | None = None
+    # prepared summary, or the ledger alone at once). On by default: a summarizer's latency
+    # (seconds) must not land on the agent's step. null: a compaction point waits for it.
+    prepare_at: Annotated[float, msgspec.Meta(gt=0, lt=1)] | None = 0.6
     # Preparations running at once, per process and per tenant.
     prepare_concurrency: Annotated[int, msgspec.Meta(ge=1)] = 2
 

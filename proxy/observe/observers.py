@@ -148,6 +148,8 @@ class CompactionRecord:
             event["token_count"] = exchange.token_count
         if exchange.dialect_notes:
             event["dialect_notes"] = exchange.dialect_notes
+        if exchange.context_retry is not None:
+            event["context_retry"] = exchange.context_retry
         if light:
             event.pop("checkpoint", None)
             event["details"] = {}

@@ -39,6 +39,7 @@ from proxy.route.draft import (
 )
 from proxy.route.facts import compaction_attributes, record_compaction
 from proxy.route.large_requests import LargeRequests
+from proxy.route.windows import WindowLearning
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
 from proxy.state.token_factors import ScaledWindows
@@ -73,6 +74,7 @@ class CompactingRoute:
         loops: LoopRunner,
         read_max_lines: int,
         canary: CanaryArms | None = None,
+        learning: WindowLearning | None = None,
     ) -> None:
         self.dialects = dialects
         self.policies = policies
@@ -87,11 +89,13 @@ class CompactingRoute:
         self.loops = loops
         self.read_max_lines = read_max_lines
         self.canary = canary
+        self.learning = learning
         self._valid_policies = ", ".join(sorted(policies))
         self.steps: tuple[Step, ...] = (
             self.choose,
             self.read,
             self.assign_arm,
+            *((learning.ask,) if learning is not None else ()),
             self.let_agent_compaction_pass,
             self.compact,
             self.render,
@@ -106,9 +110,37 @@ class CompactingRoute:
         return draft
 
     async def handle(self, send: Send, draft: Draft) -> None:
+        # A request the upstream refuses as over the window is compacted again from the
+        # client's bytes (``route/windows.py``): kept while they are what goes upstream anyway,
+        # or while the model's window is a guess; otherwise only the view is held during the wait.
+        original: bytes | None = draft.content
+        await self._prepared(draft)
+        learning = self.learning
+        if draft.content is not original and (
+            learning is None or not learning.guessing(draft.exchange.model)
+        ):
+            original = None
+        if not await self._deliver(send, draft, again=original is not None) or original is None:
+            return
+        again = self.draft(
+            draft.dialect.name, draft.headers, original, draft.url, draft.exchange, draft.provider
+        )
+        original = None
+        await self._deliver(send, await self._prepared(again), again=False)
+
+    async def _prepared(self, draft: Draft) -> Draft:
         for step in self.steps:
             if not await step(draft):
                 break
+        return draft
+
+    async def _deliver(self, send: Send, draft: Draft, *, again: bool) -> bool:
+        """The prepared request upstream and its answer to the client; True when the upstream
+        refused it as over the window and it is to be compacted ``again`` to the window it named."""
+        learning = self.learning
+        refused = (
+            learning.refusal(draft, again=again) if learning is not None and draft.mode != "off" else None
+        )
         # Released before the upstream wait: only what is sent is kept.
         draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
         dialect, exchange = draft.dialect, draft.exchange
@@ -127,9 +159,12 @@ class CompactingRoute:
             await self.loops.serve(
                 send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
             )
-            return
+            return False
+        if exchange.context_retry is not None:
+            window = str(exchange.context_retry["window"]).encode()
+            draft.route_headers.append((b"x-compaction-window-learned", window))
         content, draft.content = draft.content, b""
-        await relay(
+        return await relay(
             upstream=self.upstream,
             metrics=self.metrics,
             send=send,
@@ -141,6 +176,7 @@ class CompactingRoute:
             route_headers=draft.route_headers,
             error_event=dialect.error_event,
             error_body=draft.provider.error_body,
+            refused=refused,
         )
 
     async def choose(self, draft: Draft) -> bool:

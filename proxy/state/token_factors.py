@@ -37,6 +37,7 @@ from pathlib import Path
 import orjson
 
 from policies.windows import ContextWindows
+from proxy.state.learned_windows import LearnedWindows
 
 MIN_SAMPLES = 3
 # Prompt tokens a model's provider adds to a request with tools (Anthropic's tool-use system
@@ -207,23 +208,28 @@ def _p90(samples: deque[float]) -> float:
 
 
 class ScaledWindows(ContextWindows):
-    """Context windows in the proxy's count: a model's window divided by its token factor."""
+    """Context windows in the proxy's count: a model's window (the one its provider told,
+    ``learned``, else the table's) divided by its token factor."""
 
     def __init__(
         self,
         windows: Mapping[str, int],
         factors: TokenFactors,
         on_default: Callable[[str, int], None] | None = None,
+        learned: LearnedWindows | None = None,
     ) -> None:
         super().__init__(windows, on_default)
         self.factors = factors
+        self.learned = learned
 
     def window_for(self, model: object) -> int:
-        window = super().window_for(model)
+        told = self.learned.window(model) if self.learned is not None else None
+        window = told if told is not None else super().window_for(model)
         factor = self.factors.factor(model)
         if factor == 1.0:
             return window
         return int((window - self.factors.fixed_for(model)) / factor)
 
     def real_window(self, model: object) -> int:
-        return super().window_for(model)
+        told = self.learned.get(model) if self.learned is not None and isinstance(model, str) else None
+        return told.window if told is not None else super().window_for(model)

@@ -88,6 +88,9 @@ class Exchange:
     canary_key: str = ""
     canary_capture: AnswerCapture | None = None
     repeats: int = 0
+    # A request the upstream refused as over the model's window, sent again compacted to the
+    # window its refusal named: what it said and what was done (for the event).
+    context_retry: dict[str, Any] | None = None
 
     def mark_responded(self) -> None:
         self.responded = True

@@ -72,6 +72,7 @@ class Metrics:
     offloaded_bytes: Counter
     no_read_room: Counter
     models_defaulted: Counter
+    windows_learned: Counter
     summaries: Counter
     summary_seconds: Histogram
     prepared_summaries: Counter
@@ -208,6 +209,14 @@ class Metrics:
             "Sessions whose fixed part (system prompt, tools, task, final step, the answer's reserve) "
             "leaves less than the read room free under the window: counted once per session.",
             ("policy",),
+            registry=r,
+        )
+        self.windows_learned = Counter(
+            "compaction_proxy_model_windows_learned",
+            "Context windows the upstream told the proxy, by how (metadata, refusal) and what "
+            "the proxy did with a refused request (retried: compacted to the window and sent "
+            "again once; relayed: the refusal went to the client).",
+            ("source", "result"),
             registry=r,
         )
         self.models_defaulted = Counter(

@@ -131,6 +131,8 @@ class UpstreamBase:
         self.host = parsed.hostname
         self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self.prefix = parsed.path.rstrip("/")
+        # Names the upstream without its user information (what is learned of it is kept under it).
+        self.key = f"{self.scheme}://{self.host}:{self.port}{self.prefix}"
         # The URLs built so far: a door is a handful of paths, and checking one costs more
         # than looking it up (a URL is only cached once it has passed every check).
         self._built: dict[tuple[bytes, bytes, bytes], str] = {}

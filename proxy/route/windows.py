@@ -1,0 +1,140 @@
+"""A model's window from its provider: asked once, and learned from its refusals.
+
+Two moments of a compacting route:
+
+- before compaction (``ask``): the first request for a model the ``models`` table does not
+  cover (it would get the default window) asks the upstream's metadata once
+  (``upstream/window_probe.py``); requests for the same model wait for that one answer, and the
+  answer is kept (``state/learned_windows.py``).
+- when the upstream refuses a request as over the window (``refusal``): the window its words
+  name is learned, and when that window is smaller than the one the request was compacted for,
+  the route compacts the client's request again to it and sends it once more, so the agent
+  never sees the refusal. Only in enforce mode (shadow mode sends the client's bytes, so it
+  learns the window and relays the refusal), and never twice for one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from proxy.route.draft import Draft
+from proxy.state.learned_windows import LearnedWindows
+from proxy.state.token_factors import ScaledWindows
+from proxy.telemetry.metrics import Metrics
+from proxy.upstream.providers import Provider
+from proxy.upstream.window_probe import WindowProbe
+from proxy.upstream.window_words import context_refusal
+
+# Upstream and model pairs remembered as asked (bounded: clients choose model names).
+_MAX_ASKED = 4096
+
+
+class WindowLearning:
+    def __init__(
+        self,
+        windows: ScaledWindows,
+        learned: LearnedWindows,
+        probe: WindowProbe | None,
+        metrics: Metrics,
+        log: Any,
+    ) -> None:
+        self.windows = windows
+        self.learned = learned
+        self.probe = probe
+        self.metrics = metrics
+        self.log = log
+        self._asked: dict[tuple[str, str], asyncio.Future[None] | None] = {}
+
+    async def ask(self, draft: Draft) -> bool:
+        """A route step: the model's window from the upstream's metadata, the first time."""
+        parsed = draft.parsed
+        model = parsed.neutral.get("model") if parsed is not None else None
+        if self.probe is None or not isinstance(model, str):
+            return True
+        key = (draft.provider.base.key, model)
+        if key not in self._asked:
+            if len(self._asked) >= _MAX_ASKED or not self._unknown(model):
+                self._asked.setdefault(key, None)
+                return True
+            self._asked[key] = asyncio.ensure_future(self._ask(draft.provider, model, draft.headers))
+        pending = self._asked[key]
+        if pending is not None and not pending.done():
+            await asyncio.shield(pending)
+        return True
+
+    def _unknown(self, model: str) -> bool:
+        """Whether the window would be a guess: nothing configured, told or in the table."""
+        return not (
+            self.learned.configured(model)
+            or self.learned.window(model) is not None
+            or self.windows.covers(model)
+        )
+
+    async def _ask(self, provider: Provider, model: str, headers: list[tuple[bytes, bytes]]) -> None:
+        assert self.probe is not None
+        answer = await self.probe.ask(provider.base, model, provider.upstream_headers(headers))
+        if answer is None:
+            return
+        learned = self.learned.learn(provider.base.key, model, answer.window, answer.source)
+        if learned is not None:
+            self.metrics.windows_learned.labels("metadata", "kept").inc()
+            self.log.info(
+                "model_window_learned",
+                model=model[:200],
+                window=answer.window,
+                source=answer.source,
+                upstream=provider.base.key,
+            )
+
+    def guessing(self, model: object) -> bool:
+        """Whether the model's window is the default's guess (the route then keeps the
+        client's bytes during the wait, to compact them again to the window a refusal names)."""
+        return isinstance(model, str) and self._unknown(model)
+
+    def refusal(self, draft: Draft, *, again: bool) -> Callable[[int, bytes], bool] | None:
+        """What the relay shows a small error answer to: True when the route sends the
+        request ``again`` (it can), compacted to the window the refusal named."""
+        exchange = draft.exchange
+        model = exchange.model
+        if not isinstance(model, str):
+            return None
+        used = self.windows.window_for(model)
+        retry = again and draft.mode == "enforce" and exchange.skipped is None
+        sent = exchange.tokens_after
+        upstream = draft.provider.base.key
+
+        def refused(status: int, body: bytes) -> bool:
+            said = context_refusal(status, body)
+            if said is None:
+                return False
+            scale = 1.0
+            if said.prompt_tokens and sent and self.windows.factors.factor(model) == 1.0:
+                # The provider counts more than the packaged encoding: hold its window in ours.
+                scale = max(1.0, said.prompt_tokens / sent)
+            learned = self.learned.learn(upstream, model, said.window, f"refusal {status}", scale)
+            again = learned is not None and retry and self.windows.window_for(model) < used
+            self.metrics.windows_learned.labels("refusal", "retried" if again else "relayed").inc()
+            self.log.warning(
+                "model_window_refused",
+                model=model[:200],
+                window=said.window,
+                prompt_tokens=said.prompt_tokens,
+                upstream=upstream,
+                configured=learned is None,
+                retried=again,
+                request_id=exchange.request_id,
+            )
+            if again:
+                exchange.context_retry = {
+                    "status": status,
+                    "window": said.window,
+                    "prompt_tokens": said.prompt_tokens,
+                    "window_before": used,
+                    "window_after": self.windows.window_for(model),
+                    "tokens_sent_before": sent,
+                }
+            return again
+
+        return refused
