@@ -144,6 +144,9 @@ class CompactingRoute:
         # Released before the upstream wait: only what is sent is kept.
         draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
         dialect, exchange = draft.dialect, draft.exchange
+        if exchange.context_retry is not None:
+            window = str(exchange.context_retry["window"]).encode()
+            draft.route_headers.append((b"x-compaction-window-learned", window))
         headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), draft.view)
         draft.view = None
         if draft.loop is not None:
@@ -160,9 +163,6 @@ class CompactingRoute:
                 send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
             )
             return False
-        if exchange.context_retry is not None:
-            window = str(exchange.context_retry["window"]).encode()
-            draft.route_headers.append((b"x-compaction-window-learned", window))
         content, draft.content = draft.content, b""
         return await relay(
             upstream=self.upstream,

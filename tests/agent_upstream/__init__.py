@@ -7,7 +7,11 @@ the request, deterministically, the way a model driving a real agent would:
   that make the client produce a large output), then gives a final answer;
 - it enforces a context window like OpenAI: a request whose prompt tokens (the project's own
   counter, o200k) plus ``max_tokens``/``max_completion_tokens`` exceed ``window`` gets
-  OpenAI's real 400 ``context_length_exceeded`` answer;
+  OpenAI's real 400 ``context_length_exceeded`` answer, or another server's in its own words
+  (``flavor``: vllm, llamacpp, ollama, lmstudio);
+- it tells its window where that kind of server does (``metadata``): ``vllm`` (``/v1/models``
+  ``max_model_len``), ``llamacpp`` (``/props`` ``n_ctx``), ``ollama`` (``/api/show``
+  ``num_ctx``), ``lmstudio`` (``/api/v0/models/<model>``); ``none``: only in its refusals;
 - it checks the tool-call protocol of every request it receives and records each problem;
 - when the proxy offers ``read_tool_output`` and the messages name a saved output
   (``handle=out_...``), it reads one now and then (``read_every`` steps) before going on;
@@ -43,6 +47,7 @@ from tests.agent_upstream.protocol import (
     is_read_follow_up,
     protocol_problems,
     rate_limit_error,
+    refusal_body,
     server_error,
 )
 from tests.agent_upstream.records import Conversation, Seen
@@ -65,6 +70,7 @@ __all__ = [
     "is_read_follow_up",
     "protocol_problems",
     "rate_limit_error",
+    "refusal_body",
     "server_error",
     "shell_command",
     "step_output",

@@ -29,6 +29,63 @@ def context_length_error(window: int, tokens: int) -> dict[str, Any]:
     }
 
 
+# How each kind of server says the request is over its window (each in its own words; see
+# proxy/upstream/window_words.py, which must understand every one of them).
+def refusal_body(flavor: str, window: int, tokens: int) -> dict[str, Any]:
+    if flavor == "openai":
+        return context_length_error(window, tokens)
+    if flavor == "vllm":  # vLLM's OpenAI-compatible server (HTTP 400, type BadRequestError)
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested {tokens} "
+            f"tokens ({tokens} in the messages, 0 in the completion). Please reduce the length of the "
+            "messages or completion."
+        )
+        return {
+            "object": "error",
+            "message": message,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+            "error": {"message": message, "type": "BadRequestError", "param": None, "code": 400},
+        }
+    if flavor == "llamacpp":  # llama.cpp's server
+        return {
+            "error": {
+                "code": 400,
+                "message": f"request ({tokens} tokens) exceeds the available context size "
+                f"({window} tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": tokens,
+                "n_ctx": window,
+            }
+        }
+    if flavor == "ollama":
+        return {
+            "error": {
+                "message": f"input ({tokens} tokens) is longer than the model's context length "
+                f"({window} tokens)",
+                "type": "api_error",
+                "param": None,
+                "code": None,
+            }
+        }
+    if flavor == "lmstudio":
+        return {
+            "error": f"Trying to keep the first {tokens} tokens when context the overflows. However, the "
+            f"model is loaded with context length of only {window} tokens, which is not enough. Try to "
+            "load the model with a larger context length, or provide a shorter input"
+        }
+    if flavor == "anthropic":
+        return {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {tokens} tokens > {window} maximum",
+            },
+        }
+    raise ValueError(f"unknown flavor {flavor!r}")
+
+
 def server_error() -> dict[str, Any]:
     return {
         "error": {

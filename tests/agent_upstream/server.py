@@ -1,6 +1,6 @@
 """The fake Chat Completions model on loopback: an aiohttp server in its own thread and event
 loop (like ``FakeUpstream``) that answers ``/v1/chat/completions`` as the scripted model
-decides, and ``/v1/models``."""
+decides, ``/v1/models`` and the metadata routes of the kind of server it plays."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from tests.agent_upstream import wire
-from tests.agent_upstream.protocol import Failure, context_length_error
+from tests.agent_upstream.protocol import Failure, refusal_body
 from tests.agent_upstream.records import Conversation
 from tests.agent_upstream.script import ScriptedModel
 from tests.fake_upstream import LoopbackServer
@@ -22,8 +22,11 @@ from tests.fake_upstream import LoopbackServer
 class AgentUpstream(ScriptedModel):
     """The scripted model served over HTTP; takes ``ScriptedModel``'s options."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, flavor: str = "openai", metadata: str = "none", **options: Any) -> None:
         super().__init__(**options)
+        self.flavor = flavor
+        self.metadata = metadata
+        self.metadata_asked: list[str] = []
         self.port = 0
         self._lock = threading.Lock()
 
@@ -31,9 +34,39 @@ class AgentUpstream(ScriptedModel):
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def _metadata(self, path: str) -> web.Response | None:
+        """What a server of ``metadata``'s kind answers on its metadata routes."""
+        entry: dict[str, Any] = {"id": self.model, "object": "model", "owned_by": self.metadata}
+        if path == "/v1/models":
+            self.metadata_asked.append(path)
+            if self.metadata == "vllm":
+                entry["max_model_len"] = self.window
+            return web.json_response({"object": "list", "data": [entry]})
+        if path == "/props" and self.metadata == "llamacpp":
+            self.metadata_asked.append(path)
+            return web.json_response(
+                {"default_generation_settings": {"n_ctx": self.window}, "total_slots": 1}
+            )
+        if path == "/api/show" and self.metadata == "ollama":
+            self.metadata_asked.append(path)
+            return web.json_response(
+                {
+                    "parameters": f"num_ctx {self.window}",
+                    "details": {"family": "llama"},
+                    "model_info": {"llama.context_length": 131072},
+                }
+            )
+        if path == f"/api/v0/models/{self.model}" and self.metadata == "lmstudio":
+            self.metadata_asked.append(path)
+            return web.json_response(
+                {**entry, "max_context_length": 131072, "loaded_context_length": self.window}
+            )
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if request.path.rstrip("/") == "/v1/models":
-            return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        told = self._metadata(request.path.rstrip("/"))
+        if told is not None:
+            return told
         if request.path.rstrip("/") != "/v1/chat/completions" or request.method != "POST":
             return web.json_response(
                 {"error": {"message": "Unknown route.", "type": "invalid_request_error", "code": None}},
@@ -55,7 +88,7 @@ class AgentUpstream(ScriptedModel):
         base_headers = {"x-request-id": request_id, "openai-processing-ms": "5"}
         if answer is None:
             return web.json_response(
-                context_length_error(self.window, seen.tokens), status=400, headers=base_headers
+                refusal_body(self.flavor, self.window, seen.tokens), status=400, headers=base_headers
             )
         completion_id = "chatcmpl-" + request_id[4:]
         if isinstance(answer, Failure):
