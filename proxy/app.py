@@ -18,6 +18,7 @@ from proxy.config.settings import Settings
 from proxy.dialects import DOORS
 from proxy.edge.api_docs import openapi_config
 from proxy.edge.control import control_routes, not_found
+from proxy.edge.session_path import with_path_session
 from proxy.edge.v1 import Edge, Receive, Scope, Send
 from proxy.lifecycle import Lifecycle
 from proxy.parts import AppParts
@@ -71,7 +72,9 @@ def create_app(
     )
     lifecycle = Lifecycle(settings, parts, state.ready, log)
     app = Litestar(
-        route_handlers=control_routes(settings, parts.store, parts.metrics, state.ready),
+        route_handlers=control_routes(
+            settings, parts.store, parts.metrics, state.ready, version=package_version()
+        ),
         on_startup=[lifecycle.startup],
         on_shutdown=[lifecycle.shutdown],
         openapi_config=openapi_config(package_version(), DOORS),
@@ -98,6 +101,8 @@ class ProxyApp:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope = with_path_session(scope)  # /s/<session>/... is the header X-Session-Id
         if scope["type"] == "http" and is_data_plane(scope["path"]):
             await self.edge(scope, receive, send)
         else:

@@ -149,6 +149,14 @@ def _events(args: argparse.Namespace) -> int:
     from proxy.state.store_factory import make_store
 
     settings = _load(args)
+    if not args.config and args.session:
+        # A wrap run's events are in the store its proxy used, wherever this is run from.
+        from proxy.commands.wrap_runs import run_settings
+
+        found = run_settings(args.session, os.environ)
+        if found is not None:
+            settings, where = found
+            sys.stderr.write(f"compaction-proxy: reading {where}\n")
     return run_events(args, settings, make_store(settings))
 
 
@@ -210,14 +218,21 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     wrap = commands.add_parser(
         "wrap",
         help="run an agent through the proxy and print what it did: wrap claude|codex|COMMAND -- ARGS",
-        description="Runs AGENT through the proxy answering at --url or at the configured address, "
-        "else one started for the run; prints what the proxy did when the agent exits.",
+        description="Runs AGENT through the proxy at --url, or the one at the configured address "
+        "if it runs this configuration, else one started for the run; prints what the proxy did "
+        "when the agent exits. Its exit status is the agent's.",
     )
-    wrap.add_argument("--config", help="YAML settings file of a proxy started for the run")
-    wrap.add_argument("--url", help="use the proxy answering here (e.g. http://127.0.0.1:8080)")
+    wrap.add_argument(
+        "--config", help="YAML settings file (the proxy at its address must run it, or one is started)"
+    )
+    wrap.add_argument(
+        "--url", help="use the compaction-proxy answering here, whatever its configuration (said)"
+    )
     wrap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     wrap.add_argument(
-        "agent", help="claude, codex, or any command (given OPENAI_BASE_URL and ANTHROPIC_BASE_URL)"
+        "agent",
+        help="claude, codex, opencode, aider, qwen, goose, or any command "
+        "(given OPENAI_BASE_URL and ANTHROPIC_BASE_URL)",
     )
     wrap.add_argument("args", nargs=argparse.REMAINDER, help="the agent's arguments, after --")
     wrap.set_defaults(run=_wrap)

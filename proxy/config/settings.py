@@ -9,13 +9,16 @@ file and the key.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
+import orjson
 import yaml
 
 from policies.builtin_policies import builtin_policy_table
@@ -228,3 +231,31 @@ def policy_specs(settings: Settings) -> dict[str, PolicySpec]:
 def to_builtins(settings: Settings) -> dict[str, Any]:
     result: dict[str, Any] = msgspec.to_builtins(settings)
     return result
+
+
+# Where a proxy listens is not how it compacts: a proxy started for a run on a free port, or
+# with --port, still runs the same configuration.
+_NOT_DIGESTED = (("server", "host"), ("server", "port"))
+_SECRETS = (
+    ("upstream", "api_key"),
+    ("anthropic", "api_key"),
+    ("summarizer", "api_key"),
+    ("server", "admin_token"),
+)
+
+
+def settings_digest(settings: Settings) -> str:
+    """A short digest of the resolved settings that identifies a configuration without
+    revealing any secret: a key or token counts only as set or not, the tracing headers only by
+    their names, a Redis URL without its user and password. Two proxies with
+    equal digests compact alike (the listen address is left out)."""
+    resolved = to_builtins(settings)
+    for section, key in _NOT_DIGESTED:
+        resolved[section].pop(key, None)
+    for section, key in _SECRETS:
+        resolved[section][key] = bool(resolved[section].get(key))
+    resolved["tracing"]["headers"] = sorted(resolved["tracing"]["headers"])
+    redis = urllib.parse.urlsplit(resolved["store"]["redis_url"])
+    resolved["store"]["redis_url"] = redis._replace(netloc=redis.netloc.rpartition("@")[2]).geturl()
+    text = orjson.dumps(resolved, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()

@@ -16,21 +16,40 @@ from litestar import MediaType, Request, Response, get, head
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromQuery
 
-from proxy.config.settings import Settings
+from proxy.config.settings import Settings, settings_digest
 from proxy.state.sessions import credentials, explicit_session, tenant_of
 from proxy.state.store import Store
 from proxy.telemetry.metrics import CONTENT_TYPE, Metrics
 from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
 from proxy.wire.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 
+SERVICE = "compaction-proxy"
+
+
+def identity(settings: Settings, version: str) -> dict[str, Any]:
+    """What this proxy is and which configuration it runs, for a client (``wrap``) deciding
+    whether to send an agent's key here: no secret, only the digest of the resolved settings
+    (``settings_digest``), the default policy and mode, and the context windows the policies
+    hold each model to (so a summary can name a model's window)."""
+    return {
+        "service": SERVICE,
+        "version": version,
+        "config_digest": settings_digest(settings),
+        "policy": settings.policy,
+        "mode": settings.mode,
+        "context_windows": dict(settings.context_windows),
+    }
+
 
 def control_routes(
-    settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event
+    settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event, *, version: str = "0"
 ) -> list[HTTPRouteHandler]:
+    me = identity(settings, version)
+
     @get("/", sync_to_thread=False, media_type=MediaType.JSON)
     def root() -> dict[str, str]:
         """What answers here (clients such as Claude Code probe the base URL at start)."""
-        return {"service": "compaction-proxy", "status": "ok"}
+        return {"service": SERVICE, "status": "ok"}
 
     @head("/", sync_to_thread=False, include_in_schema=False)
     def root_head() -> None:
@@ -42,11 +61,13 @@ def control_routes(
         return {"status": "ok"}
 
     @get("/readyz", sync_to_thread=False, media_type=MediaType.JSON)
-    def readyz() -> Response[dict[str, str]]:
-        """Readiness: encodings loaded and the state directory usable."""
+    def readyz() -> Response[dict[str, Any]]:
+        """Readiness: encodings loaded and the state directory usable; with the proxy's
+        identity (``service``, ``version``, ``config_digest``, ``policy``, ``mode``,
+        ``context_windows``), which holds no secret."""
         if ready.is_set():
-            return Response({"status": "ready"})
-        return Response({"status": "starting"}, status_code=503)
+            return Response({"status": "ready", **me})
+        return Response({"status": "starting", **me}, status_code=503)
 
     @get("/metrics", sync_to_thread=False)
     def metrics_route() -> Response[bytes]:

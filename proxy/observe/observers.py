@@ -224,12 +224,17 @@ class TokenCalibration:
         }
 
 
+_MODELS_AT_MOST = 64
+
+
 class RequestMetrics:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         # Each label combination's series, found once: ``labels()`` validates and locks on
         # every call, and a request touches six series.
         self._series: dict[tuple[str, str, str, str], _RequestSeries] = {}
+        # Model names come from clients: a bounded number get a series of their own.
+        self._models: dict[str, Any] = {}
 
     def _series_for(self, exchange: Exchange) -> _RequestSeries:
         key = (exchange.route, exchange.policy, exchange.mode, status_class(exchange.status))
@@ -249,10 +254,21 @@ class RequestMetrics:
                 self._series[key] = found
         return found
 
+    def _model_series(self, model: str) -> Any:
+        found = self._models.get(model)
+        if found is None:
+            if len(self._models) < _MODELS_AT_MOST:
+                found = self._models[model] = self.metrics.model_requests.labels(model[:100])
+            else:
+                found = self.metrics.model_requests.labels("other")
+        return found
+
     def observe(self, exchange: Exchange) -> None:
         total = time.perf_counter() - exchange.started
         series = self._series_for(exchange)
         series.requests.inc()
+        if isinstance(exchange.model, str):
+            self._model_series(exchange.model).inc()
         if exchange.upstream_seconds:
             series.upstream_seconds.observe(exchange.upstream_seconds)
         series.overhead_seconds.observe(max(0.0, total - exchange.upstream_seconds))

@@ -106,6 +106,12 @@ class Metrics:
             ("route", "policy", "mode", "status_class"),
             registry=r,
         )
+        self.model_requests = Counter(
+            "compaction_proxy_model_requests",
+            "Requests by the model the client named (the first 64 names; later ones as `other`).",
+            ("model",),
+            registry=r,
+        )
         self.errors = Counter(
             "compaction_proxy_errors",
             "Errors by kind (upstream_unreachable, upstream_timeout, store_write...).",

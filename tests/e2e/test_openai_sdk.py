@@ -339,7 +339,10 @@ def test_mode_off_relays_without_parsing(proxy: Any, upstream: FakeUpstream) -> 
 
 def test_health_ready_and_metrics(proxy: Any) -> None:
     assert httpx.get(proxy.url + "/healthz").json() == {"status": "ok"}
-    assert httpx.get(proxy.url + "/readyz").json() == {"status": "ready"}
+    ready = httpx.get(proxy.url + "/readyz").json()
+    assert ready["status"] == "ready" and ready["service"] == "compaction-proxy"
+    # Its identity names the configuration by a digest and holds no secret.
+    assert len(ready["config_digest"]) == 16 and ready["policy"] and ready["mode"]
     sdk(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     metrics = httpx.get(proxy.url + "/metrics").text
     assert (

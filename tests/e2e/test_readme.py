@@ -136,7 +136,10 @@ def metrics(box: Sandbox, printed: str) -> None:
 
 
 def wrap(box: Sandbox, printed: str) -> None:
-    assert f"base URL http://127.0.0.1:{box.ports['8080']}/v1, session wrap-" in printed
+    # The base URL carries the run's session (/s/<session>/v1), which the proxy takes as X-Session-Id.
+    assert f"base URL http://127.0.0.1:{box.ports['8080']}/s/wrap-" in printed
+    session = printed.split("session ")[1].split()[0]
+    assert f"/s/{session}/v1, session {session}" in printed
 
 
 def replay(box: Sandbox, printed: str) -> None:

@@ -115,10 +115,14 @@ def test_any_command_runs_through_a_proxy_started_for_the_run(upstream: FakeUpst
     assert summary["tokens_after"] < summary["tokens_before"] and summary["tokens_saved"] > 0
     assert summary["shared_proxy"] is False and Path(summary["proxy_log"]).exists()
     assert ran.stdout.split()[-1] == summary["session"]
+    assert summary["policies"] == ["improved/enforce"] and summary["models"] == {"gpt-4o": 2}
+    assert summary["windows"] == {"gpt-4o": 8192} and summary["errors"] == 0
     # The proxy it started is stopped.
     with pytest.raises(httpx.HTTPError):
         httpx.get(summary["proxy_url"] + "/readyz", timeout=2)
     assert len(upstream.requests) == 2
+    # A plain SDK script sends no session header: its base URL carried the run's session.
+    assert {r.headers.get("x-session-id") for r in upstream.requests} == {summary["session"]}
 
 
 def test_the_summary_in_words_says_when_nothing_was_compacted(upstream: FakeUpstream, tmp_path: Path) -> None:
@@ -135,7 +139,9 @@ def test_the_summary_in_words_says_when_nothing_was_compacted(upstream: FakeUpst
     )
     assert ran.returncode == 0, ran.stderr
     assert "compaction-proxy: 1 requests in session wrap-" in ran.stderr
-    assert "nothing was compacted" in ran.stderr and "proxy log: " in ran.stderr
+    assert ", policy improved/enforce" in ran.stderr and "windows: gpt-4o 128,000 tokens" in ran.stderr
+    assert "nothing was compacted: every request stayed under improved/enforce's trigger" in ran.stderr
+    assert "proxy log: " in ran.stderr and "events: compaction-proxy events --session wrap-" in ran.stderr
     # The default state directory (./var) is the proxy's working directory's, not the agent's.
     assert not (tmp_path / "var").exists()
     assert (tmp_path / "state-home" / "compaction-proxy" / "wrap" / "var" / "compaction.db").exists()

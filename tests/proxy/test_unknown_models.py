@@ -53,7 +53,7 @@ def test_an_unmatched_model_is_logged_and_counted_once(tmp_path: Path) -> None:
     told = [r for r in logger.records if r["event"] == "model_window_defaulted"]
     assert [(r["model"], r["window"]) for r in told] == [("my-local-llm", 128_000)]
     assert 'compaction_proxy_model_window_defaulted_total{model="my-local-llm"} 1.0' in metrics
-    assert 'model="gpt-4o-mini"' not in metrics
+    assert 'compaction_proxy_model_window_defaulted_total{model="gpt-4o-mini"}' not in metrics
 
 
 def test_uncovered_models_name_the_usual_names_without_a_pattern() -> None:
