@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -76,6 +77,44 @@ class UpstreamSettings(Section, frozen=True):
             raise ValueError("must be a plain URL: no query, fragment or backslash")
         if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
             raise ValueError("must not hold user:password@; set the key with api_key instead")
+        problem = base_url_problem(self.base_url, versioned=True)
+        if problem:
+            raise ValueError(problem)
+
+
+# Paths the proxy appends to a base URL itself (a base URL ending in one is a common mistake).
+_ENDPOINT_PATHS = (
+    "/chat/completions",
+    "/completions",
+    "/responses",
+    "/messages/count_tokens",
+    "/messages",
+    "/embeddings",
+    "/models",
+)
+# OpenAI-compatible APIs that serve /chat/completions at their root, without a version prefix.
+_VERSIONLESS_HOSTS = frozenset({"api.perplexity.ai", "api.deepseek.com"})
+
+
+def base_url_problem(url: str, *, versioned: bool) -> str | None:
+    """What is wrong with an upstream base URL, with the URL that fixes it (None: nothing).
+    ``versioned``: an OpenAI-compatible API, whose base URL carries its version (``/v1``)."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    for endpoint in _ENDPOINT_PATHS:
+        if path.endswith(endpoint):
+            base = path[: -len(endpoint)]
+            if not versioned:
+                base = base.removesuffix("/v1")
+            fixed = urlunsplit((parts.scheme, parts.netloc, base or ("/v1" if versioned else ""), "", ""))
+            return f"base_url {url} ends with the endpoint path {endpoint}, which the proxy adds: use {fixed}"
+    if versioned and not path and parts.hostname not in _VERSIONLESS_HOSTS:
+        fixed = urlunsplit((parts.scheme, parts.netloc, "/v1", "", ""))
+        return (
+            f"base_url {url} has no version prefix, and OpenAI-compatible servers (OpenAI, vLLM, "
+            f"llama.cpp, Ollama, LM Studio) answer under /v1: use {fixed}"
+        )
+    return None
 
 
 class AnthropicSettings(Section, frozen=True):
@@ -85,7 +124,16 @@ class AnthropicSettings(Section, frozen=True):
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        UpstreamSettings(base_url=self.base_url)  # the same URL rules
+        UpstreamSettings(base_url="https://host.invalid/v1")  # the same URL rules, then its own
+        if not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError("must be an http:// or https:// URL")
+        if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
+            raise ValueError("must be a plain URL: no query, fragment or backslash")
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError("must not hold user:password@; set the key with api_key instead")
+        problem = base_url_problem(self.base_url, versioned=False)
+        if problem:
+            raise ValueError(problem)
 
 
 class ModelSettings(Section, frozen=True):

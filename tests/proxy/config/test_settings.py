@@ -94,3 +94,37 @@ def test_check_config_hides_secrets(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["check-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "sk-very-secret" not in out and "api_key: <set>" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "fixed"),
+    [
+        ("upstream.base_url", "http://127.0.0.1:8000", "use http://127.0.0.1:8000/v1"),
+        ("upstream.base_url", "http://127.0.0.1:8000/", "use http://127.0.0.1:8000/v1"),
+        ("upstream.base_url", "http://gpu:8000/v1/chat/completions", "use http://gpu:8000/v1"),
+        ("upstream.base_url", "https://api.openai.com/v1/responses", "use https://api.openai.com/v1"),
+        ("upstream.base_url", "http://h/openai/v1/chat/completions/", "use http://h/openai/v1"),
+        ("anthropic.base_url", "https://api.anthropic.com/v1/messages", "use https://api.anthropic.com"),
+    ],
+)
+def test_a_base_url_without_its_version_or_with_an_endpoint_path_is_refused_with_the_fix(
+    key: str, url: str, fixed: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(env={}, overrides={key: url})
+    message = str(refused.value)
+    assert fixed in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.openai.com/v1",
+        "http://localhost:11434/v1/",
+        "https://generativelanguage.googleapis.com/v1beta/openai",
+        "https://api.perplexity.ai",
+        "https://openrouter.ai/api/v1",
+    ],
+)
+def test_usual_base_urls_pass(url: str) -> None:
+    assert load_settings(env={}, overrides={"upstream.base_url": url}).upstream.base_url == url
