@@ -23,6 +23,7 @@ from proxy.lifecycle import Lifecycle
 from proxy.parts import AppParts
 from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
+from proxy.telemetry.exchange import REQUEST_HEADERS
 from proxy.telemetry.metrics import Metrics
 from proxy.upstream.pool import Upstream
 
@@ -99,7 +100,11 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and is_data_plane(scope["path"]):
-            await self.edge(scope, receive, send)
+            headers = REQUEST_HEADERS.set(scope["headers"])
+            try:
+                await self.edge(scope, receive, send)
+            finally:
+                REQUEST_HEADERS.reset(headers)
         else:
             await self.control(scope, receive, send)  # type: ignore[arg-type]
 
