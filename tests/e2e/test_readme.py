@@ -124,6 +124,9 @@ def configuration(box: Sandbox, printed: str) -> None:
 
 def events(box: Sandbox, printed: str) -> None:
     assert '"policy":"n_latest_10"' in printed
+    # `events --table` through a pipe: the header, then the request sent as first-hour.
+    assert "TOKENS BEFORE -> AFTER  READS  OFFLOADED" in printed
+    assert any(line[16:].startswith("first-hour ") for line in printed.splitlines())
     assert '"door":"chat"' in printed  # the sessions API
 
 
