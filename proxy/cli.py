@@ -13,21 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from policies.pipeline import PolicyConfigError, build_policies
-from proxy.commands.model_coverage import uncovered_models
 from proxy.commands.preflight import PreflightError, healthcheck, preflight
 from proxy.commands.wrap import run_wrapped
-from proxy.config.merge import policy_origins
 from proxy.config.settings import (
     ENV_CONFIG,
     ConfigError,
     Settings,
-    builtin_policies,
     load_settings,
     policy_specs,
-    to_builtins,
 )
 
 
@@ -99,31 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    settings = _load(args)
-    resolved = to_builtins(settings)
-    for section, secret in (("upstream", "api_key"), ("anthropic", "api_key"), ("server", "admin_token")):
-        if resolved[section].get(secret):
-            resolved[section][secret] = "<set>"
-    sys.stdout.write(yaml.safe_dump(resolved, sort_keys=False))
-    origins = policy_origins(_user_policies(args.config), builtin_policies())
-    width = max(len(name) for name in settings.policies)
-    lines = [f"# effective policies (default: {settings.policy}; per request: X-Compaction-Policy):"]
-    for name, policy in settings.policies.items():
-        stages = ", ".join(next(iter(stage)) for stage in policy.stages) or "no stages"
-        lines.append(f"#   {name:<{width}}  {origins.get(name, 'built-in'):<22} {stages}")
-    lines.append("# models table against the configured upstreams' usual model names:")
-    upstreams = [settings.upstream.base_url, settings.anthropic.base_url]
-    lines.extend(f"#   {line}" for line in uncovered_models(settings.context_windows, upstreams))
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    from proxy.commands.check_config import run_check
 
-
-def _user_policies(path: str | None) -> object:
-    source = path or os.environ.get(ENV_CONFIG)
-    if not source:
-        return None
-    loaded = yaml.safe_load(Path(source).read_text(encoding="utf-8")) or {}
-    return loaded.get("policies") if isinstance(loaded, dict) else None
+    return run_check(args, _load(args))
 
 
 def _wrap(args: argparse.Namespace) -> int:
@@ -175,8 +148,83 @@ EXTENSIONS: dict[str, tuple[str, str]] = {
 }
 
 
+def _add_events(commands: Any) -> None:
+    events = commands.add_parser(
+        "events",
+        help="print compaction events from the store, newest first (a table on a terminal)",
+        description="Compaction events read from the store of the configuration, newest first: "
+        "a table on a terminal, JSON lines (one whole event each) when piped or with --json. "
+        "With --follow, the newest --limit first, then new events as they arrive, oldest first.",
+    )
+    events.add_argument("--config", help="YAML settings file (locates the store)")
+    events.add_argument("--session", help="your X-Session-Id, or the proxy's session id (s_...)")
+    events.add_argument("--tenant", help="the proxy's tenant id (t_...)")
+    events.add_argument("--policy", help="only events of this policy")
+    events.add_argument("--since", help="unix seconds, ISO time, or a duration back from now (15m, 2h, 1d)")
+    events.add_argument("--limit", type=int, default=1000, help="at most this many events (the newest)")
+    events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
+    events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
+    form = events.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="JSON lines, one whole event each (as when piped)")
+    form.add_argument("--table", action="store_true", help="the table, even when piped")
+    events.set_defaults(run=_events)
+
+
+def _add_canary(commands: Any) -> None:
+    canary = commands.add_parser(
+        "canary",
+        help="the canary's arms side by side and the gate's verdict (status), or lift a pause (resume)",
+        description="Canary mode from the store of the configuration: `status` shows the arms "
+        "and the gate's verdict, `resume` lifts a pause.",
+    )
+    actions = canary.add_subparsers(dest="action", required=True, metavar="{status,resume}")
+    status = actions.add_parser(
+        "status",
+        help="the arms side by side and the gate's verdict: exit 0 pass, 2 waiting, 3 breached or paused",
+        description="The canary's treated and holdout arms side by side and the gate's verdict, "
+        "from the store of the configuration. Exit 0: pass; 2: waiting for sessions; 3: breached "
+        "or paused.",
+    )
+    resume = actions.add_parser(
+        "resume",
+        help="lift a pause: new sessions get the policy again and the gate starts a new epoch",
+        description="Lifts the canary's pause: new sessions get the policy again, and the gate "
+        "judges the sessions seen from now on (a new epoch), not the ones that tripped it.",
+    )
+    for parser in (canary, status, resume):
+        # Before or after the action, as when it was a positional (`canary --config x status`).
+        parser.add_argument(
+            "--config", default=argparse.SUPPRESS, help="YAML settings file (locates the store)"
+        )
+    for parser in (canary, status):
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the report as one JSON object",
+        )
+    canary.set_defaults(run=_canary, config=None, json=False)
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand without a description its one-line help as one, so that
+    `X --help` says what X does (argparse shows a subcommand's help only in its parent's list)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                summary = summaries.get(name)
+                if not sub.description and summary:
+                    sub.description = summary[:1].upper() + summary[1:] + "."
+                _describe(sub)
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="compaction-proxy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="compaction-proxy",
+        description="Serve the proxy, check a configuration, read events, run the canary, wrap an "
+        "agent, replay recorded runs. `compaction-proxy COMMAND --help` says more of each.",
+    )
     parser.add_argument("--version", action="version", version=f"compaction-proxy {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the proxy")
@@ -187,28 +235,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.set_defaults(run=_serve)
     check = commands.add_parser(
-        "check-config", help="validate settings and print them resolved (secrets hidden)"
+        "check-config",
+        help="validate settings; print the effective policies, models coverage and a verdict",
+        description="Validates the settings (a file, the environment, the built-ins) and the "
+        "policies, prints the effective policies and where each comes from, the models table "
+        "against the configured upstreams' usual model names, and ends with one verdict line "
+        "(OK, or what to look at). A bad configuration is one line on stderr and exit 2.",
     )
     check.add_argument("--config", help="YAML settings file")
-    check.set_defaults(run=_check)
-    events = commands.add_parser("events", help="print compaction events from the store as JSON lines")
-    events.add_argument("--config", help="YAML settings file (locates the store)")
-    events.add_argument("--session", help="your X-Session-Id, or the proxy's session id (s_...)")
-    events.add_argument("--tenant", help="the proxy's tenant id (t_...)")
-    events.add_argument("--policy", help="only events of this policy")
-    events.add_argument("--since", help="unix seconds, ISO time, or a duration back from now (15m, 2h, 1d)")
-    events.add_argument("--limit", type=int, default=1000, help="at most this many events per read")
-    events.add_argument("--follow", action="store_true", help="keep printing new events as they arrive")
-    events.add_argument("--interval", type=float, default=1.0, help="seconds between reads with --follow")
-    events.set_defaults(run=_events)
-    canary = commands.add_parser(
-        "canary",
-        help="the canary's arms side by side and the gate's verdict (status), or lift a pause (resume)",
+    check.add_argument(
+        "--full", action="store_true", help="print every setting resolved first (YAML, secrets hidden)"
     )
-    canary.add_argument("action", choices=("status", "resume"))
-    canary.add_argument("--config", help="YAML settings file (locates the store)")
-    canary.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    canary.set_defaults(run=_canary)
+    check.set_defaults(run=_check)
+    _add_events(commands)
+    _add_canary(commands)
     health = commands.add_parser(
         "healthcheck", help="exit 0 if the proxy of this configuration answers /readyz (for containers)"
     )
@@ -243,6 +283,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         else:
             # Listed in --help; the real parser is built when the command is used.
             commands.add_parser(name, help=summary, add_help=False)
+    _describe(parser)
     return parser
 
 

@@ -1,4 +1,10 @@
-"""``compaction-proxy events``: compaction events read from the store, as JSON lines.
+"""``compaction-proxy events``: compaction events read from the store, newest first.
+
+On a terminal they are a table (``events_table.py``); piped or redirected, or with ``--json``,
+JSON lines, one whole event each, so that ``| head``, ``| jq`` and ``| wc -l`` see events;
+``--table`` forces the table. ``--limit`` keeps the newest. With ``--follow`` the order is
+oldest first instead (the newest ``--limit``, then each new event below the last, as ``tail -f``
+does), in either form.
 
 ``--session`` takes what the API takes: the client's ``X-Session-Id`` or the proxy's ``s_...``
 id. A client's id is hashed with its tenant (two keys may use the same id), so without
@@ -13,12 +19,13 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import os
 import sys
 import time
+from collections import deque
 from typing import Any
 
-import orjson
-
+from proxy.commands.events_table import EventPrinter
 from proxy.config.settings import Settings
 from proxy.state.sessions import explicit_session
 from proxy.state.store import Store
@@ -64,26 +71,26 @@ class SessionFilter:
         return session == wanted or session.startswith(wanted + ":")
 
 
-async def _read_all(
+async def _read_new(
     store: Store, args: argparse.Namespace, sessions: SessionFilter, since: float, seen: set[str]
 ) -> list[dict[str, Any]]:
-    """Every event from ``since`` not seen yet (page after page), filtered, at most ``args.limit``."""
+    """Every event from ``since`` not in ``seen`` (page after page) that matches, oldest first;
+    each one read is added to ``seen``. A page is taken whole, so no event read is dropped."""
     found: list[dict[str, Any]] = []
-    while len(found) < args.limit:
+    while True:
         page = await store.events(
             args.tenant, session=sessions.store_filter, policy=args.policy, since=since, limit=PAGE
         )
         fresh = [e for e in page if e["event_id"] not in seen]
         if not fresh:
-            break
+            return found
         for event in fresh:
             seen.add(event["event_id"])
             if sessions.matches(event):
                 found.append(event)
         since = max(float(e["time"]) for e in fresh)
         if len(page) < PAGE:
-            break
-    return found[: args.limit]
+            return found
 
 
 async def _why_nothing(store: Store, args: argparse.Namespace, since: float, where: str) -> str:
@@ -111,34 +118,62 @@ async def _why_nothing(store: Store, args: argparse.Namespace, since: float, whe
     return f"no events match {', '.join(filters) or 'these filters'} ({where}){hint}"
 
 
+async def _newest(
+    store: Store, args: argparse.Namespace, sessions: SessionFilter, since: float
+) -> list[dict[str, Any]]:
+    """The newest ``args.limit`` events that match, newest first."""
+    if sessions.client_id is None:
+        return await store.events(
+            args.tenant,
+            session=sessions.store_filter,
+            policy=args.policy,
+            since=since,
+            limit=args.limit,
+            newest=True,
+        )
+    # A client's id without its tenant is matched by hash per event: the store cannot filter
+    # them, so every event from ``since`` is read in order and the last ``limit`` matches kept.
+    kept: deque[dict[str, Any]] = deque(await _read_new(store, args, sessions, since, set()), args.limit)
+    return list(reversed(kept))
+
+
 def run_events(args: argparse.Namespace, settings: Settings, store: Store) -> int:
     since = parse_since(args.since)
     sessions = SessionFilter(args.session, args.tenant)
     from proxy.state.store_factory import describe_store
 
     where = describe_store(settings)
+    table = args.table or (not args.json and sys.stdout.isatty())
+    printer = EventPrinter(sys.stdout, table)
     printed = 0
-    seen: set[str] = set()
 
     async def run() -> None:
         nonlocal since, printed
         try:
-            while True:
-                found = await _read_all(store, args, sessions, since, seen)
-                for event in found:
-                    sys.stdout.write(orjson.dumps(event).decode() + "\n")
-                    since = max(since, float(event["time"]))
-                printed += len(found)
-                sys.stdout.flush()
-                if not printed and not args.follow:
-                    why = await _why_nothing(store, args, since, where)
-                    sys.stderr.write(f"compaction-proxy events: {why}\n")
-                if not args.follow:
-                    return
+            found = await _newest(store, args, sessions, since)
+            if args.follow:
+                found.reverse()  # oldest first: new events then follow below the last
+            printer.write(found)
+            printed = len(found)
+            seen = {e["event_id"] for e in found}
+            since = max([since, *(float(e["time"]) for e in found)])
+            if not printed and not args.follow:
+                why = await _why_nothing(store, args, since, where)
+                sys.stderr.write(f"compaction-proxy events: {why}\n")
+            while args.follow:
                 await asyncio.sleep(args.interval)
+                fresh = await _read_new(store, args, sessions, since, seen)
+                printer.write(fresh)
+                printed += len(fresh)
+                since = max([since, *(float(e["time"]) for e in fresh)])
         finally:
             await store.close()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run())
+    except BrokenPipeError:
+        # `events | head`: the reader has what it wanted. Nothing more may be written to the
+        # pipe, not even by the interpreter's own flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if printed or args.follow else 1

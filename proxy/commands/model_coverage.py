@@ -34,23 +34,30 @@ USUAL_MODELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def uncovered_models(windows: Mapping[str, int], base_urls: list[str]) -> list[str]:
-    """Lines for ``check-config``: per upstream, its usual names that fall to the default
-    window, or that its names are unknown here (a local or third-party server)."""
+def coverage(windows: Mapping[str, int], base_urls: list[str]) -> list[tuple[str, list[str] | None]]:
+    """Per configured upstream host: its usual names the table leaves to the default window,
+    or None when its names are not known here (a local or third-party server)."""
     table = ContextWindows(windows)
-    default = windows.get("default", 128_000)
-    lines: list[str] = []
+    found: list[tuple[str, list[str] | None]] = []
     for base_url in dict.fromkeys(base_urls):
         host = urlsplit(base_url).hostname or base_url
         usual = USUAL_MODELS.get(host)
-        if usual is None:
+        found.append((host, None if usual is None else [name for name in usual if not table.covers(name)]))
+    return found
+
+
+def uncovered_models(windows: Mapping[str, int], base_urls: list[str]) -> list[str]:
+    """Lines for ``check-config``: per upstream, its usual names that fall to the default
+    window, or that its names are unknown here (a local or third-party server)."""
+    default = windows.get("default", 128_000)
+    lines: list[str] = []
+    for host, missing in coverage(windows, base_urls):
+        if missing is None:
             lines.append(
                 f"{host}: its model names are not known here; add each model your agents use "
                 f"to `models:` (unmatched names get the default window, {default})"
             )
-            continue
-        missing = [name for name in usual if not table.covers(name)]
-        if missing:
+        elif missing:
             lines.append(
                 f"{host}: not covered, so given the default window ({default}): {', '.join(missing)}"
             )

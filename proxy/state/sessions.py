@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -75,6 +76,28 @@ def explicit_session(tenant: str, session_id: str | bytes) -> str:
     # The header's raw bytes; an id typed as text (the events API) is taken as UTF-8.
     raw = session_id.encode("utf-8", "surrogatepass") if isinstance(session_id, str) else session_id
     return "s_" + _digest(tenant.encode(), b"explicit", raw)
+
+
+# What a page or a table shows of a client's X-Session-Id: a client can send anything (up to
+# the header limit), so the label is bounded and has no control characters. The proxy's own id
+# is still the hash of the exact bytes.
+CLIENT_SESSION_CHARS = 128
+
+
+def client_session_label(raw: bytes | str) -> str:
+    """The client's own session id as text fit to show: UTF-8 (invalid bytes replaced), control
+    and format characters (newlines, bidi overrides) as ``?``, at most ``CLIENT_SESSION_CHARS``
+    characters (the end cut to ``…``)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if len(text) > CLIENT_SESSION_CHARS:
+        text = text[: CLIENT_SESSION_CHARS - 1] + "\u2026"
+    return "".join("?" if unicodedata.category(c)[0] == "C" else c for c in text.strip())
+
+
+def client_session_of(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The label of the client's ``X-Session-Id``, if it sent one."""
+    explicit = header_value(headers, b"x-session-id")
+    return client_session_label(explicit) if explicit else None
 
 
 def session_of(headers: Sequence[tuple[bytes, bytes]], body: Mapping[str, Any], tenant: str) -> str:

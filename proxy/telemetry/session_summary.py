@@ -1,9 +1,11 @@
 """The session page's list: a tenant's recent sessions, summed from their compaction events.
 
 Pure: the events come in, rows go out. A session here is what the store keys events by, one
-conversation under one policy (``s_...:improved``). Its figures are the sums over its events:
-requests the policy did nothing to are counted only when ``events.record_skipped`` records
-them, so before a session's first compaction point the figures start at its first event.
+conversation under one policy (``s_...:improved``); ``client_session`` is the ``X-Session-Id``
+the client named it with, where it sent one (events recorded before it was kept lack it). Its
+figures are the sums over its events: requests the policy did nothing to are counted only
+when ``events.record_skipped`` records them, so before a session's first compaction point the
+figures start at its first event.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class PriceColumn:
 def _new_row(event: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "session": event.get("session", ""),
+        # The client's own X-Session-Id (bounded, as its events hold it); None when it sent none.
+        "client_session": event.get("client_session"),
         "policy": event.get("policy"),
         "mode": event.get("mode"),
         "model": event.get("model"),
@@ -59,6 +63,7 @@ def _add(row: dict[str, Any], event: Mapping[str, Any], prices: PriceColumn) -> 
     time = float(event.get("time") or 0.0)
     if time >= row["last"]:
         row["model"] = event.get("model") or row["model"]
+    row["client_session"] = row["client_session"] or event.get("client_session")
     row["first"], row["last"] = min(row["first"], time), max(row["last"], time)
     row["events"] += 1
     row["requests"] = max(row["requests"], row["events"], int(event.get("request") or 0))

@@ -75,6 +75,7 @@ def event_read_back(box: Sandbox, printed: str) -> None:
 
 def starter_config(box: Sandbox, printed: str) -> None:
     assert "effective policies (default: improved" in printed
+    assert "\nOK with 1 warning: config.starter.yml is valid:" in printed  # the verdict, last
 
 
 def started_line(box: Sandbox) -> None:
@@ -115,11 +116,17 @@ def chat_door(box: Sandbox, printed: str) -> None:
 
 def configuration(box: Sandbox, printed: str) -> None:
     assert "lean" in printed  # the starter file's own policy, among the effective ones
+    # check-config's verdict; the fake upstream's names are the user's to add, hence a warning.
+    assert "\nOK with 1 warning: my.yml is valid: policy improved in enforce mode;" in printed
+    assert "\nserver:\n" in printed and "admin_token: null" in printed  # --full, secrets hidden
     assert '{"status":"ok"}' in printed  # the proxy started on port 9000 answers
 
 
 def events(box: Sandbox, printed: str) -> None:
     assert '"policy":"n_latest_10"' in printed
+    # `events --table` through a pipe: the header, then the request sent as first-hour.
+    assert "TOKENS BEFORE -> AFTER  READS  OFFLOADED" in printed
+    assert any(line[16:].startswith("first-hour ") for line in printed.splitlines())
     assert '"door":"chat"' in printed  # the sessions API
 
 

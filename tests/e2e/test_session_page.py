@@ -167,6 +167,11 @@ def test_the_session_page_shows_a_compacting_run(
     events = session_events(proxy, "page-run")
     points = [e for e in events if e["trigger"]]
     assert len(points) >= 2 and sent > STEPS
+    assert {e["client_session"] for e in events} == {"page-run"}
+    listed_rows = httpx.get(
+        proxy.base_url + "/compaction/sessions", headers={"authorization": f"Bearer {KEY}"}
+    ).json()["data"]
+    assert sorted(r["client_session"] for r in listed_rows) == ["page-messages", "page-responses", "page-run"]
     origin = proxy.base_url.removesuffix("/v1")
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     off_host: list[str] = []
@@ -190,6 +195,10 @@ def test_the_session_page_shows_a_compacting_run(
     assert rows.count() == 3
     doors = sorted(page.locator("#sessions tbody tr[data-session] td:nth-child(4)").all_inner_texts())
     assert doors == ["anthropic", "chat", "responses"]
+    # Each row is named by the client's own X-Session-Id, the proxy's s_ id under it.
+    named = sorted(page.locator("#sessions tbody tr[data-session] td.session button").all_inner_texts())
+    assert named == ["page-messages", "page-responses", "page-run"]
+    assert all(t.startswith("s_") for t in page.locator("#sessions td.session .secondary").all_inner_texts())
     run_saved = sum(e["tokens_before"] - e["tokens_after"] for e in events)
     assert f"${run_saved * 2.5 / 1e6:.4f}" in page.locator("#sessions tbody").inner_text()
     run_row = page.locator("#sessions tbody tr[data-session]", has_text="chat")
@@ -197,6 +206,9 @@ def test_the_session_page_shows_a_compacting_run(
     run_row.locator("button").focus()
     page.keyboard.press("Enter")
     page.locator("article.point").first.wait_for()
+    assert page.locator("#detail-title").inner_text() == "Session page-run"
+    facts = page.locator("#detail-facts").inner_text()
+    assert "your session id\npage-run" in facts and f"proxy session\n{events[0]['session']}" in facts
     print(
         f"\nsession page: loaded in {(loaded - started) * 1000:.0f} ms, sessions listed "
         f"{(listed - loaded) * 1000:.0f} ms after the key, a session of {len(events)} events drawn "
@@ -240,6 +252,20 @@ def test_the_session_page_shows_a_compacting_run(
         timeout=30,
     ).raise_for_status()
     page.locator("#chart circle.pt-sent").nth(len(events)).wait_for(state="attached", timeout=10_000)
+    # A session id is whatever a client sends: shown as text, bounded.
+    hostile = "<img src=x onerror=window.__xss=1>" + "x" * 300
+    upstream.queue(Reply(body=completion("done")))
+    httpx.post(
+        proxy.base_url + "/chat/completions",
+        json={"model": "gpt-4o", "messages": messages},
+        headers={"authorization": f"Bearer {KEY}", "x-session-id": hostile},
+        timeout=30,
+    ).raise_for_status()
+    page.evaluate("loadSessions()")  # the list again (it also refreshes every 5 s)
+    hostile_row = page.locator("#sessions tbody tr[data-session]", has_text="<img src=x")
+    hostile_row.wait_for()
+    assert hostile_row.locator("td.session button").inner_text() == hostile[:127] + "\u2026"
+    assert page.locator("#sessions img").count() == 0 and page.evaluate("window.__xss") is None
     assert off_host == []
     # Another tenant's key sees none of it.
     page.click("#forget")

@@ -91,9 +91,11 @@ def test_cli_refuses_unknown_policy_stages(tmp_path: Path, capsys: pytest.Captur
 
 def test_check_config_hides_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, "upstream:\n  api_key: sk-very-secret\n")
-    assert main(["check-config", "--config", str(path)]) == 0
+    assert main(["check-config", "--config", str(path), "--full"]) == 0
     out = capsys.readouterr().out
     assert "sk-very-secret" not in out and "api_key: <set>" in out
+    assert main(["check-config", "--config", str(path)]) == 0
+    assert "sk-very-secret" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -63,3 +63,14 @@ def test_the_first_matching_price_wins_and_an_unpriced_model_shows_none() -> Non
 def test_the_list_is_cut_at_the_limit() -> None:
     events = [event(f"s_{i}:p", float(i), 1, 1) for i in range(10)]
     assert [r["session"] for r in summarize_sessions(events, PRICES, limit=3)] == ["s_9:p", "s_8:p", "s_7:p"]
+
+
+def test_a_row_carries_the_clients_own_session_id() -> None:
+    events = [
+        event("s_a:improved", 1.0, 100, 50),  # recorded before the id was kept
+        event("s_a:improved", 2.0, 100, 50, client_session="run-1"),
+        event("s_b:improved", 3.0, 100, 50),
+    ]
+    rows = {row["session"]: row for row in summarize_sessions(events, PRICES)}
+    assert rows["s_a:improved"]["client_session"] == "run-1"
+    assert rows["s_b:improved"]["client_session"] is None
