@@ -221,6 +221,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     wrap.add_argument("args", nargs=argparse.REMAINDER, help="the agent's arguments, after --")
     wrap.set_defaults(run=_wrap)
+    demo = commands.add_parser(
+        "demo", help="see compaction in seconds: a scripted agent session, no key needed"
+    )
+    demo.add_argument("--keep", action="store_true", help="keep the proxy and /ui running until Ctrl-C")
+    demo.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    demo.set_defaults(
+        run=lambda args: importlib.import_module("proxy.commands.demo").run_demo(
+            keep=args.keep, as_json=args.json
+        )
+    )
     wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
     for name, (module, summary) in EXTENSIONS.items():
         if wanted == [name]:
