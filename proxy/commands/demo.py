@@ -77,7 +77,7 @@ class ProxyProcess:
     log_path: Path
 
     @classmethod
-    def start(cls, config: Path, port: int, directory: Path) -> ProxyProcess:
+    def launch(cls, config: Path, port: int, directory: Path) -> ProxyProcess:
         log_path = directory / "proxy.log"
         command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
         with log_path.open("wb") as log:
@@ -91,20 +91,22 @@ class ProxyProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        proxy = cls(process, f"http://127.0.0.1:{port}", log_path)
+        return cls(process, f"http://127.0.0.1:{port}", log_path)
+
+    def wait_ready(self) -> None:
+        """Until ``/readyz`` answers (the caller stops the process if this raises)."""
         deadline = time.monotonic() + READY_SECONDS
         while time.monotonic() < deadline:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the proxy did not start (exit {process.returncode}):\n{tail}")
+            if self.process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the proxy did not start (exit {self.process.returncode}):\n{tail}")
             try:
-                if httpx.get(f"{proxy.base}/readyz", timeout=1.0).status_code == 200:
-                    return proxy
+                if httpx.get(f"{self.base}/readyz", timeout=1.0).status_code == 200:
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        proxy.stop()
-        raise RuntimeError(f"the proxy was not ready within {READY_SECONDS:.0f} s (log: {log_path})")
+        raise RuntimeError(f"the proxy was not ready within {READY_SECONDS:.0f} s")
 
     def stop(self) -> None:
         if self.process.poll() is not None:
@@ -197,7 +199,9 @@ def run_demo(*, keep: bool, as_json: bool, window: int = WINDOW) -> int:
             port = free_port()
             config = directory / "demo.yml"
             config.write_bytes(orjson.dumps(demo_config(directory, stand_in.base_url, port, window)))
-            proxy = ProxyProcess.start(config, port, directory)
+            # Assigned before it is waited for: an interrupt while it starts still stops it.
+            proxy = ProxyProcess.launch(config, port, directory)
+            proxy.wait_ready()
             ready = time.monotonic() - started
             warm.join()
             agent = AgentRun()
@@ -211,6 +215,7 @@ def run_demo(*, keep: bool, as_json: bool, window: int = WINDOW) -> int:
                 window=window,
                 stand_in=stand_in.base_url,
                 proxy=proxy.base,
+                proxy_pid=proxy.process.pid,
                 config=config,
                 state_dir=directory,
                 keep=keep,
@@ -241,11 +246,16 @@ def run_demo(*, keep: bool, as_json: bool, window: int = WINDOW) -> int:
         keep = True  # the log is what explains it
         return 1
     finally:
-        if proxy is not None:
-            proxy.stop()
-        stand_in.stop()
-        if not keep:
-            shutil.rmtree(directory, ignore_errors=True)
+        # A second Ctrl-C must not cut the clean-up short and leave the proxy running.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if proxy is not None:
+                proxy.stop()
+            stand_in.stop()
+            if not keep:
+                shutil.rmtree(directory, ignore_errors=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _wait_for_interrupt() -> None:

@@ -42,6 +42,7 @@ class Outcome:
     window: int
     stand_in: str
     proxy: str
+    proxy_pid: int
     config: Path
     state_dir: Path
     keep: bool
@@ -108,6 +109,7 @@ def _setup(outcome: Outcome, style: _Style) -> list[str]:
     steps = sum(1 for m in outcome.agent_messages if m.get("role") == "tool")
     largest = outcome.largest_sent()
     window = f"{outcome.window:,}"
+    ready = f"{s['proxy_ready']:.1f} s"
     return [
         style.bold(
             "compaction-proxy demo: a scripted coding-agent session through a real proxy, no key needed"
@@ -115,7 +117,7 @@ def _setup(outcome: Outcome, style: _Style) -> list[str]:
         "",
         f"  model   {outcome.model}, a stand-in this command serves at {outcome.stand_in}:",
         f"          scripted, local, window {window} tokens (past it: OpenAI's 400 context_length_exceeded)",
-        f"  proxy   compaction-proxy serve at {outcome.proxy}, ready in {s['proxy_ready']:.1f} s:",
+        f"  proxy   compaction-proxy serve at {outcome.proxy}, pid {outcome.proxy_pid}, ready in {ready}:",
         "          the built-in default policy (improved) and mode (enforce)",
         f"  config  {outcome.config}, written for the demo: a models entry gives",
         f"          {outcome.model} (a name the built-in table does not know) its {window}-token window",
@@ -300,6 +302,7 @@ def render_json(outcome: Outcome) -> str:
         "window": outcome.window,
         "stand_in_url": outcome.stand_in,
         "proxy_url": outcome.proxy,
+        "proxy_pid": outcome.proxy_pid,
         "ui": outcome.ui_link(),
         "config": str(outcome.config),
         "state_dir": str(outcome.state_dir) if outcome.keep else None,
