@@ -63,6 +63,10 @@ class Outcome:
         """The events where something happened: a compaction point, or reads answered."""
         return [e for e in self.events if e.get("trigger") or _reads(e)]
 
+    def total(self, side: str) -> int:
+        """Prompt tokens over the session, as the agent sent them (``before``) or upstream (``after``)."""
+        return sum(int(r.headers.get(f"x-compaction-tokens-{side}", 0)) for r in self.rows)
+
     def largest_sent(self) -> int:
         return max((int(r.headers.get("x-compaction-tokens-before", 0)) for r in self.rows), default=0)
 
@@ -124,7 +128,8 @@ def _setup(outcome: Outcome, style: _Style) -> list[str]:
         "",
         f"The agent made {steps} tool calls in {len(outcome.rows)} requests ({s['session']:.1f} s); "
         f"its history grew to {largest:,} tokens,",
-        f"{largest / outcome.window:.1f} x the window.",
+        f"{largest / outcome.window:.1f} x the window. In all it sent {outcome.total('before'):,} prompt "
+        f"tokens; the proxy sent {outcome.total('after'):,} upstream.",
         "",
     ]
 
@@ -227,9 +232,11 @@ def _last_view(outcome: Outcome, style: _Style) -> list[str]:
     outlined), then the verbatim tail with its placeholders."""
     messages = outcome.last_messages
     sent = len(outcome.agent_messages) - 1  # the last request came before the final answer
-    tokens = int(outcome.rows[-1].headers.get("x-compaction-tokens-after", 0)) if outcome.rows else 0
+    last = outcome.rows[-1].headers if outcome.rows else {}
+    tokens = [int(last.get(f"x-compaction-tokens-{side}", 0)) for side in ("after", "before")]
     title = (
-        f"What the model received last: {len(messages)} messages ({tokens:,} tokens) for the agent's {sent}:"
+        f"What the model received last: {len(messages)} messages, {tokens[0]:,} tokens "
+        f"(the agent sent {sent}, {tokens[1]:,} tokens):"
     )
     out = [style.bold(title)]
     summary = next((i for i, m in enumerate(messages) if _text(m.get("content")).startswith("[Summary")), -1)
@@ -308,6 +315,8 @@ def render_json(outcome: Outcome) -> str:
         "state_dir": str(outcome.state_dir) if outcome.keep else None,
         "requests": len(outcome.rows),
         "largest_request_tokens": outcome.largest_sent(),
+        "tokens_sent": outcome.total("before"),
+        "tokens_upstream": outcome.total("after"),
         "compacted": [
             {"request": r.number, "status": r.status, "headers": r.headers}
             for r in outcome.rows
