@@ -194,8 +194,8 @@ def run_demo(*, keep: bool, as_json: bool, window: int = WINDOW) -> int:
     warm = threading.Thread(target=model.counter.warm_up, daemon=True)
     warm.start()
     proxy: ProxyProcess | None = None
-    try:
-        with terminate_as_interrupt():
+    with terminate_as_interrupt():
+        try:
             port = free_port()
             config = directory / "demo.yml"
             config.write_bytes(orjson.dumps(demo_config(directory, stand_in.base_url, port, window)))
@@ -204,58 +204,68 @@ def run_demo(*, keep: bool, as_json: bool, window: int = WINDOW) -> int:
             proxy.wait_ready()
             ready = time.monotonic() - started
             warm.join()
-            agent = AgentRun()
-            with httpx.Client(base_url=f"{proxy.base}/v1", timeout=60.0) as client:
-                agent.play(client, limit=len(SCRIPT) + 5)
-                session_seconds = time.monotonic() - started - ready
-                events = client.get("/compaction/events", params={"session": SESSION, "limit": 1000}).json()
-            overflow = httpx.post(f"{stand_in.base_url}/chat/completions", json=agent.body(), timeout=30.0)
-            outcome = Outcome(
-                model=MODEL,
-                window=window,
-                stand_in=stand_in.base_url,
-                proxy=proxy.base,
-                proxy_pid=proxy.process.pid,
-                config=config,
-                state_dir=directory,
-                keep=keep,
-                rows=agent.rows,
-                events=events.get("data", []),
-                reads=model.reads,
-                last_messages=model.last_messages,
-                agent_messages=agent.messages,
-                overflow_status=overflow.status_code,
-                overflow=overflow.json(),
-                seconds={
-                    "proxy_ready": ready,
-                    "session": session_seconds,
-                    "total": time.monotonic() - started,
-                },
-            )
+            outcome = play(proxy, stand_in, model, config, keep=keep)
+            outcome.seconds.update(proxy_ready=ready, total=time.monotonic() - started)
             sys.stdout.write(render_json(outcome) if as_json else render_text(outcome, color=_color()))
             sys.stdout.flush()
             if keep:
                 _wait_for_interrupt()
-        return 0
-    except KeyboardInterrupt:
-        sys.stderr.write("\ncompaction-proxy demo: interrupted; stopping what it started\n")
-        return 130
-    except (RuntimeError, httpx.HTTPError) as exc:
-        log = proxy.log_path if proxy else directory / "proxy.log"
-        sys.stderr.write(f"compaction-proxy demo: {exc}\n  (the proxy's log: {log})\n")
-        keep = True  # the log is what explains it
-        return 1
-    finally:
-        # A second Ctrl-C must not cut the clean-up short and leave the proxy running.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            if proxy is not None:
-                proxy.stop()
-            stand_in.stop()
-            if not keep:
-                shutil.rmtree(directory, ignore_errors=True)
+            return 0
+        except KeyboardInterrupt:
+            sys.stderr.write("\ncompaction-proxy demo: interrupted; stopping what it started\n")
+            return 130
+        except (RuntimeError, httpx.HTTPError) as exc:
+            log = proxy.log_path if proxy else directory / "proxy.log"
+            sys.stderr.write(f"compaction-proxy demo: {exc}\n  (the proxy's log: {log})\n")
+            keep = True  # the log is what explains it
+            return 1
         finally:
-            signal.signal(signal.SIGINT, previous)
+            # Neither a second Ctrl-C nor a SIGTERM may cut the clean-up short and leave the proxy.
+            previous = (
+                signal.signal(signal.SIGINT, signal.SIG_IGN),
+                signal.signal(signal.SIGTERM, signal.SIG_IGN),
+            )
+            try:
+                if proxy is not None:
+                    proxy.stop()
+                stand_in.stop()
+                if not keep:
+                    shutil.rmtree(directory, ignore_errors=True)
+            finally:
+                signal.signal(signal.SIGINT, previous[0])
+                signal.signal(signal.SIGTERM, previous[1])
+
+
+def play(
+    proxy: ProxyProcess, stand_in: StandInServer, model: StandInModel, config: Path, *, keep: bool
+) -> Outcome:
+    """The scripted session through the proxy, its events read back, and its last request sent
+    straight to the stand-in (to show the error the proxy kept the agent from)."""
+    started = time.monotonic()
+    agent = AgentRun()
+    with httpx.Client(base_url=f"{proxy.base}/v1", timeout=60.0) as client:
+        agent.play(client, limit=len(SCRIPT) + 5)
+        session_seconds = time.monotonic() - started
+        events = client.get("/compaction/events", params={"session": SESSION, "limit": 1000}).json()
+    overflow = httpx.post(f"{stand_in.base_url}/chat/completions", json=agent.body(), timeout=30.0)
+    return Outcome(
+        model=MODEL,
+        window=model.window,
+        stand_in=stand_in.base_url,
+        proxy=proxy.base,
+        proxy_pid=proxy.process.pid,
+        config=config,
+        state_dir=config.parent,
+        keep=keep,
+        rows=agent.rows,
+        events=events.get("data", []),
+        reads=model.reads,
+        last_messages=model.last_messages,
+        agent_messages=agent.messages,
+        overflow_status=overflow.status_code,
+        overflow=overflow.json(),
+        seconds={"session": session_seconds},
+    )
 
 
 def _wait_for_interrupt() -> None:
