@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,11 +34,17 @@ import orjson
 from proxy.commands.demo_report import SESSION, Outcome, RequestRow, render_json, render_text
 from proxy.commands.demo_session import SCRIPT, SYSTEM_PROMPT, TASK, TOOLS
 from proxy.commands.stand_in_model import MODEL, StandInModel, StandInServer
-from proxy.commands.wrap import free_port
 
 WINDOW = 16_384
 MAX_TOKENS = 1024
 READY_SECONDS = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def demo_config(directory: Path, upstream: str, port: int, window: int) -> dict[str, Any]:

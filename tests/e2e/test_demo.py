@@ -178,7 +178,9 @@ def test_ctrl_c_while_the_session_runs_stops_the_proxy(tmp_path: Path) -> None:
         if demo.poll() is None:
             demo.kill()
             demo.wait()
-    assert demo.returncode == 130, err
+    # 130, or (now and then, with ``python -m``) the interpreter ends itself by SIGINT after the
+    # clean-up, as Python does after a KeyboardInterrupt: a shell shows 130 for both.
+    assert demo.returncode in (130, -signal.SIGINT), err
     assert "interrupted; stopping what it started" in err
     assert not any(alive(pid) for pid in started)
     assert demo_directories(tmp_path) == []
