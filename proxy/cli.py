@@ -276,6 +276,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     wrap.add_argument("args", nargs=argparse.REMAINDER, help="the agent's arguments, after --")
     wrap.set_defaults(run=_wrap)
+    demo = commands.add_parser(
+        "demo",
+        help="see compaction in seconds: a scripted agent session, no key needed",
+        description="Plays a scripted coding-agent session through a real proxy (serve, on a free "
+        "loopback port, the built-in policy) against a built-in stand-in model with a small window, "
+        "and prints what compaction did. No key, no config file, no network; it stops all it starts.",
+    )
+    demo.add_argument("--keep", action="store_true", help="keep the proxy and /ui running until Ctrl-C")
+    demo.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    demo.set_defaults(
+        run=lambda args: importlib.import_module("proxy.commands.demo").run_demo(
+            keep=args.keep, as_json=args.json
+        )
+    )
     wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
     for name, (module, summary) in EXTENSIONS.items():
         if wanted == [name]:

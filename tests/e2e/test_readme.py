@@ -22,6 +22,7 @@ Some pages' outputs are checked beyond their exit status (``CHECKS``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -105,6 +106,15 @@ def install(box: Sandbox, printed: str) -> None:
     started_line(box)
 
 
+def demo(box: Sandbox, printed: str) -> None:
+    """The demo compacts with no key and no config: the headers of a point, its event row, the
+    read, and the session page's link (the sandbox's upstream variables are not read)."""
+    assert "x-compaction-trigger: threshold" in printed
+    assert re.search(r"^  \d\d:\d\d:\d\d\.\d{3}  threshold ", printed, re.M), printed
+    assert "read_tool_output(" in printed and "HTTP 400 context_length_exceeded" in printed
+    assert re.search(r"Session page: http://127\.0\.0\.1:\d+/ui#session=s_", printed)
+
+
 def requests_page(box: Sandbox, printed: str) -> None:
     assert "fake-model" in printed  # /v1/models, relayed from the upstream
     assert '"openapi"' in printed
@@ -164,6 +174,7 @@ CHECKS: dict[str, Callable[[Sandbox, str], None]] = {
     "README.md": readme,
     "docs/index.md": first_compacted_request,
     "docs/getting-started/install.md": install,
+    "docs/getting-started/demo.md": demo,
     "docs/getting-started/first-request.md": first_request,
     "docs/user-guide/requests.md": requests_page,
     "docs/user-guide/doors/index.md": chat_door,
