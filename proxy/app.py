@@ -24,7 +24,6 @@ from proxy.lifecycle import Lifecycle
 from proxy.parts import AppParts
 from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
-from proxy.telemetry.exchange import REQUEST_HEADERS
 from proxy.telemetry.metrics import Metrics
 from proxy.upstream.pool import Upstream
 
@@ -105,11 +104,7 @@ class ProxyApp:
         if scope["type"] == "http":
             scope = with_path_session(scope)  # /s/<session>/... is the header X-Session-Id
         if scope["type"] == "http" and is_data_plane(scope["path"]):
-            headers = REQUEST_HEADERS.set(scope["headers"])
-            try:
-                await self.edge(scope, receive, send)
-            finally:
-                REQUEST_HEADERS.reset(headers)
+            await self.edge(scope, receive, send)
         else:
             await self.control(scope, receive, send)  # type: ignore[arg-type]
 

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from policies.pipeline import PolicyOutcome
 from proxy.dialects.base import Dialect
 from proxy.state.checkpoint_states import CheckpointState
-from proxy.state.sessions import client_session_of
+from proxy.state.sessions import client_session_label
 from proxy.state.token_factors import TokenFactors
 from proxy.telemetry.events import CheckpointJson, EventSink, build_event, checkpoint_json
-from proxy.telemetry.exchange import REQUEST_HEADERS, Exchange, ShadowCompare, status_class
+from proxy.telemetry.exchange import Exchange, ShadowCompare, status_class
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import Decide, ShadowComparer
 
@@ -141,7 +141,7 @@ class CompactionRecord:
             checkpoint_json=b"null" if light else checkpoint_json(outcome.checkpoint, state),
         )
         event["dialect"] = exchange.route
-        client_session = client_session_of(REQUEST_HEADERS.get())
+        client_session = client_session_label(exchange.client_session) if exchange.client_session else None
         if client_session:
             # The id the client named the session with, shown beside the proxy's hash of it;
             # the event is its tenant's, as ever.

@@ -201,6 +201,7 @@ class CompactingRoute:
             (b"x-compaction-mode", mode.encode()),
         ]
         draft.tenant = tenant_of(draft.headers)
+        exchange.client_session = header_value(draft.headers, b"x-session-id")
         return mode != "off"
 
     async def read(self, draft: Draft) -> bool:

@@ -10,19 +10,11 @@ another reads, so their order does not matter.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.pipeline import Offload, PolicyOutcome
 from proxy.telemetry.tracing import RequestTrace
-
-# The headers of the ``/v1`` request being served, set by the app around the edge (one task per
-# request, and the observers run in it before it ends): what an observer records that the route
-# does not copy into the ``Exchange`` (the client's own session id). A reference, not a copy:
-# nothing is read from it on a request that records no event.
-REQUEST_HEADERS: ContextVar[Sequence[tuple[bytes, bytes]]] = ContextVar("request_headers", default=())
 
 
 class ClientDisconnected(Exception):
@@ -99,6 +91,8 @@ class Exchange:
     # A request the upstream refused as over the model's window, sent again compacted to the
     # window its refusal named: what it said and what was done (for the event).
     context_retry: dict[str, Any] | None = None
+    # The client's own X-Session-Id as it sent it (the event shows it beside the proxy's id).
+    client_session: bytes | None = None
 
     def mark_responded(self) -> None:
         self.responded = True
