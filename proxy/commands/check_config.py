@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -34,6 +35,9 @@ from proxy.config.settings import (
     builtin_policies,
     to_builtins,
 )
+from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, read_learned
+from proxy.upstream.providers import anthropic_base
+from proxy.wire.forwarding import UpstreamBase
 
 SECRETS = (("upstream", "api_key"), ("anthropic", "api_key"), ("server", "admin_token"))
 # What load_settings takes from the environment over the file.
@@ -56,7 +60,10 @@ def run_check(args: argparse.Namespace, settings: Settings) -> int:
     lines = [f"# settings: {source or 'built-in defaults'}{_from_environment()}"]
     lines += policy_lines(settings, source)
     lines.append("# models table against the configured upstreams' usual model names:")
-    lines.extend(f"#   {line}" for line in uncovered_models(settings.context_windows, _upstreams(settings)))
+    learning = settings.upstream.learn_windows
+    uncovered = uncovered_models(settings.context_windows, _upstreams(settings), learning)
+    lines.extend(f"#   {line}" for line in uncovered)
+    lines += learned_lines(settings)
     lines.append(verdict(settings, source))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
@@ -81,6 +88,35 @@ def policy_lines(settings: Settings, source: str | None) -> list[str]:
     return lines
 
 
+def learned_lines(settings: Settings) -> list[str]:
+    """The windows the providers told a proxy of this configuration (a configured one wins)."""
+    path = Path(settings.state_dir) / LEARNED_WINDOWS_FILE
+    keys = {
+        UpstreamBase(settings.upstream.base_url).key,
+        UpstreamBase(anthropic_base(settings.anthropic.base_url)).key,
+    }
+    rows = [
+        (upstream, model, fields)
+        for upstream, models in read_learned(path).items()
+        if upstream in keys
+        for model, fields in models.items()
+        if isinstance(fields, dict) and isinstance(fields.get("window"), int)
+    ]
+    if not settings.upstream.learn_windows:
+        return ["# windows learned from the providers: off (upstream.learn_windows: false)"]
+    if not rows:
+        return [f"# windows learned from the providers ({path}): none yet"]
+    lines = [f"# windows learned from the providers ({path}; a `models:` entry of yours wins):"]
+    width = max(len(model) for _, model, _ in rows)
+    for upstream, model, fields in rows:
+        told = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(fields.get("at", 0.0))))
+        source = fields.get("source", "?")
+        lines.append(
+            f"#   {model:<{width}}  {fields['window']:>9,} tokens  from {source}, {told}, {upstream}"
+        )
+    return lines
+
+
 def verdict(settings: Settings, source: str | None) -> str:
     """One line: what this configuration does, and what to look at, if anything."""
     policy = settings.policies[settings.policy]
@@ -99,9 +135,10 @@ def verdict(settings: Settings, source: str | None) -> str:
     look = []
     for host, missing in coverage(settings.context_windows, _upstreams(settings)):
         if missing is None:
-            look.append(
-                f"{host} serves model names unknown here: give each your agents use a `models:` entry"
-            )
+            if not settings.upstream.learn_windows:
+                look.append(
+                    f"{host} serves model names unknown here: give each your agents use a `models:` entry"
+                )
         elif missing:
             look.append(f"{len(missing)} usual {host} model names get the default window (see models above)")
     valid = f"{source} is valid" if source else "the built-in defaults are valid"

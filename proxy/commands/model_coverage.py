@@ -46,13 +46,18 @@ def coverage(windows: Mapping[str, int], base_urls: list[str]) -> list[tuple[str
     return found
 
 
-def uncovered_models(windows: Mapping[str, int], base_urls: list[str]) -> list[str]:
+def uncovered_models(windows: Mapping[str, int], base_urls: list[str], learning: bool = False) -> list[str]:
     """Lines for ``check-config``: per upstream, its usual names that fall to the default
     window, or that its names are unknown here (a local or third-party server)."""
     default = windows.get("default", 128_000)
     lines: list[str] = []
     for host, missing in coverage(windows, base_urls):
-        if missing is None:
+        if missing is None and learning:
+            lines.append(
+                f"{host}: its model names are not known here; each one's window is asked from it once "
+                "(or learned from its first context-length error) unless `models:` sets it"
+            )
+        elif missing is None:
             lines.append(
                 f"{host}: its model names are not known here; add each model your agents use "
                 f"to `models:` (unmatched names get the default window, {default})"

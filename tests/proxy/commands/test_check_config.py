@@ -48,7 +48,10 @@ def test_the_verdict_says_what_to_look_at(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COMPACTION_PROXY_UPSTREAM_URL", "http://127.0.0.1:9/v1")
-    path = config(tmp_path, models={"default": {"window": 32000}}, policy="full")
+    # Without window learning, a local server's unknown model names are worth a warning.
+    path = config(
+        tmp_path, models={"default": {"window": 32000}}, policy="full", upstream={"learn_windows": False}
+    )
     assert main(["check-config", "--config", path]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"# settings: {path}, overridden by COMPACTION_PROXY_UPSTREAM_URL"
@@ -74,3 +77,25 @@ def test_a_bad_configuration_is_one_line_and_exit_2(
     assert main(["check-config", "--config", config(tmp_path, mode="loud")]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1 and "mode" in captured.err
+
+
+def test_the_windows_learned_from_the_providers_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proxy.state.learned_windows import ConfiguredModels, LearnedWindows
+
+    upstream = "http://127.0.0.1:8000/v1"
+    path = config(tmp_path, upstream={"base_url": upstream}, state_dir=str(tmp_path / "state"))
+    assert main(["check-config", "--config", path]) == 0
+    assert "# windows learned from the providers" in capsys.readouterr().out  # "none yet"
+    learned = LearnedWindows(
+        tmp_path / "state" / "learned_windows.json", [f"{upstream}"], ConfiguredModels([])
+    )
+    learned.learn("http://127.0.0.1:8000/v1", "qwen-coder", 8192, "refusal 400")
+    learned.learn("http://elsewhere:80/v1", "other", 4096, "refusal 400")  # not this upstream: not kept
+    assert main(["check-config", "--config", path]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "qwen-coder" in line)
+    assert "8,192 tokens" in row and "from refusal 400" in row
+    assert "other" not in out.split("# windows learned")[1]
+    assert "asked from it once" in out  # the local server's unknown names: learned, not guessed
