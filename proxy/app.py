@@ -73,7 +73,12 @@ def create_app(
     lifecycle = Lifecycle(settings, parts, state.ready, log)
     app = Litestar(
         route_handlers=control_routes(
-            settings, parts.store, parts.metrics, state.ready, version=package_version()
+            settings,
+            parts.store,
+            parts.metrics,
+            state.ready,
+            version=package_version(),
+            learned=parts.learned.told if parts.learned is not None else None,
         ),
         on_startup=[lifecycle.startup],
         on_shutdown=[lifecycle.shutdown],

@@ -65,6 +65,7 @@ class AppParts:
     store: Store
     large: LargeRequests
     factors: TokenFactors
+    learned: LearnedWindows | None
     service: CompactionService
     shadow: ShadowComparer
     events: EventSink
@@ -142,6 +143,7 @@ class AppParts:
             store=store,
             large=large,
             factors=factors,
+            learned=windows.learned,
             service=service,
             shadow=shadow,
             events=events,

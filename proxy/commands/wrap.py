@@ -19,7 +19,15 @@ import uuid
 from collections.abc import Sequence
 
 from proxy.commands.wrap_agents import agent_wiring
-from proxy.commands.wrap_proxy import Proxy, WrapRefused, chosen_proxy, state_home, wrap_directory
+from proxy.commands.wrap_proxy import (
+    Identity,
+    Proxy,
+    WrapRefused,
+    chosen_proxy,
+    identify,
+    state_home,
+    wrap_directory,
+)
 from proxy.commands.wrap_runs import SESSION_PREFIX, record_run
 from proxy.commands.wrap_signals import Signalled, run_agent, signals_stop_wrap
 from proxy.commands.wrap_summary import Figures, RunFacts, parse_figures, summary_json, summary_lines
@@ -82,6 +90,7 @@ def run_wrapped(
 
 def _summarize(proxy: Proxy, session: str, ran: Figures, *, as_json: bool) -> None:
     identity = proxy.identity
+    now = identify(proxy.base)  # what its upstreams told it during the run
     facts = RunFacts(
         session=session,
         proxy_url=proxy.base,
@@ -91,5 +100,6 @@ def _summarize(proxy: Proxy, session: str, ran: Figures, *, as_json: bool) -> No
         mode=identity.mode,
         windows=identity.windows,
         events_command=f"compaction-proxy events --session {session}",
+        learned=now.learned if isinstance(now, Identity) else {},
     )
     _say(summary_json(ran, facts).decode() if as_json else "\n".join(summary_lines(ran, facts)))

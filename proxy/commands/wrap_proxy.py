@@ -44,6 +44,8 @@ class Identity:
     mode: str
     windows: Mapping[str, int]
     ready: bool = True
+    # The windows its upstreams told it (model to tokens), over the table's.
+    learned: Mapping[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"policy {self.policy}, mode {self.mode}, configuration {self.digest}, version {self.version}"
@@ -76,6 +78,7 @@ def identify(base: str, timeout: float = 2.0) -> Identity | str:
     if not isinstance(said, dict) or said.get("service") != SERVICE or "config_digest" not in said:
         return f"something that is not compaction-proxy (it answered /readyz with {status})"
     windows = said.get("context_windows")
+    learned = said.get("learned_windows")
     return Identity(
         version=str(said.get("version", "?")),
         digest=str(said["config_digest"]),
@@ -83,6 +86,7 @@ def identify(base: str, timeout: float = 2.0) -> Identity | str:
         mode=str(said.get("mode", "?")),
         windows=windows if isinstance(windows, dict) else {},
         ready=status == 200,
+        learned={m: w for m, w in learned.items() if isinstance(w, int)} if isinstance(learned, dict) else {},
     )
 
 

@@ -106,11 +106,15 @@ class RunFacts:
     mode: str
     windows: Mapping[str, int]
     events_command: str
+    # The windows the proxy's upstreams told it by the end of the run (model to tokens).
+    learned: Mapping[str, int] = field(default_factory=dict)
 
 
 def _windows(figures: Figures, facts: RunFacts) -> dict[str, int]:
     table = ContextWindows(facts.windows) if facts.windows else None
-    return {m: table.window_for(m) for m in figures.models if m != "other"} if table else {}
+    if table is None:
+        return {}
+    return {m: facts.learned.get(m) or table.window_for(m) for m in figures.models if m != "other"}
 
 
 def _policies(figures: Figures, facts: RunFacts) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -16,6 +17,7 @@ from litestar import MediaType, Request, Response, get, head
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromQuery
 
+from policies.windows import ContextWindows
 from proxy.config.settings import Settings, settings_digest
 from proxy.state.sessions import credentials, explicit_session, tenant_of
 from proxy.state.store import Store
@@ -42,7 +44,13 @@ def identity(settings: Settings, version: str) -> dict[str, Any]:
 
 
 def control_routes(
-    settings: Settings, store: Store, metrics: Metrics, ready: asyncio.Event, *, version: str = "0"
+    settings: Settings,
+    store: Store,
+    metrics: Metrics,
+    ready: asyncio.Event,
+    *,
+    version: str = "0",
+    learned: Callable[[], dict[str, int]] | None = None,
 ) -> list[HTTPRouteHandler]:
     me = identity(settings, version)
 
@@ -64,22 +72,27 @@ def control_routes(
     def readyz() -> Response[dict[str, Any]]:
         """Readiness: encodings loaded and the state directory usable; with the proxy's
         identity (``service``, ``version``, ``config_digest``, ``policy``, ``mode``,
-        ``context_windows``), which holds no secret."""
+        ``context_windows``), which holds no secret, and the windows its upstreams told it
+        (``learned_windows``: model to tokens)."""
+        told = {"learned_windows": learned() if learned is not None else {}}
         if ready.is_set():
-            return Response({"status": "ready", **me})
-        return Response({"status": "starting", **me}, status_code=503)
+            return Response({"status": "ready", **me, **told})
+        return Response({"status": "starting", **me, **told}, status_code=503)
 
     @get("/metrics", sync_to_thread=False)
     def metrics_route() -> Response[bytes]:
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store)]
+    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store, learned)]
 
 
-def event_routes(settings: Settings, store: Store) -> list[HTTPRouteHandler]:
+def event_routes(
+    settings: Settings, store: Store, learned: Callable[[], dict[str, int]] | None = None
+) -> list[HTTPRouteHandler]:
     """The compaction events API, the sessions list and the session page (tenant-scoped)."""
     prices = PriceColumn(settings.models)
+    table = ContextWindows(settings.context_windows)
     page = (resources.files("proxy.edge") / "session_page.html").read_bytes()
 
     @get("/v1/compaction/events", media_type=MediaType.JSON)
@@ -114,12 +127,20 @@ def event_routes(settings: Settings, store: Store) -> list[HTTPRouteHandler]:
     ) -> Response[Any]:
         """The caller's recent sessions, newest first, summed from their newest 5,000 events:
         model, door, requests, tokens sent and sent upstream, compaction points, reads and the
-        estimated savings (the ``models`` table's ``input_price``)."""
+        estimated savings (the ``models`` table's ``input_price``), and the model's window
+        (``window_from``: ``provider`` when its upstream told it, else ``table``)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
         found = await store.events(scope, limit=5000, newest=True)
         rows = summarize_sessions(found, prices, limit=max(1, min(limit, 500)))
+        told = learned() if learned is not None else {}
+        for row in rows:
+            # The window its policy held the session to: the provider's word where it gave one.
+            model = row.get("model")
+            if isinstance(model, str):
+                row["window"] = told.get(model) or table.window_for(model)
+                row["window_from"] = "provider" if model in told else "table"
         return Response({"object": "list", "data": rows})
 
     @get("/ui", sync_to_thread=False, media_type=MediaType.HTML, include_in_schema=False)

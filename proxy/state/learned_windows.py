@@ -92,6 +92,10 @@ class LearnedWindows:
         else:
             self._by_model.pop(model, None)
 
+    def told(self) -> dict[str, int]:
+        """Each model's window as its provider told it (the smallest any upstream gave)."""
+        return {model: learned.window for model, learned in self._by_model.items()}
+
     def entries(self) -> list[dict[str, Any]]:
         """Every learned window, for ``check-config``, the admin API and the session page."""
         return [

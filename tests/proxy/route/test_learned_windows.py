@@ -180,3 +180,15 @@ async def test_learning_can_be_turned_off(tmp_path: Path) -> None:
     app = make_app(tmp_path, provider, **{"upstream.learn_windows": False})
     assert (await post(app, long_request())).status_code == 400
     assert provider.asked == []
+
+
+async def test_the_learned_window_is_shown_on_readyz_and_in_the_sessions_list(tmp_path: Path) -> None:
+    provider = Provider()
+    app = make_app(tmp_path, provider)
+    assert (await post(app, long_request(), **{"X-Session-Id": "shown"})).status_code == 200
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+        ready = (await client.get("/readyz")).json()
+        sessions = (await client.get("/v1/compaction/sessions")).json()["data"]
+    assert ready["learned_windows"] == {MODEL: WINDOW}
+    (row,) = [r for r in sessions if r.get("client_session") == "shown"]
+    assert (row["window"], row["window_from"]) == (WINDOW, "provider")
