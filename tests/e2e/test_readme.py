@@ -71,7 +71,8 @@ def first_compacted_request(box: Sandbox, printed: str) -> None:
 
 def event_read_back(box: Sandbox, printed: str) -> None:
     first_compacted_request(box, printed)
-    assert '"policy":"n_latest_10"' in printed
+    # The event, as a table row: the client's session id and the policy.
+    assert any("first-hour" in line and "n_latest_10" in line for line in printed.splitlines())
 
 
 def starter_config(box: Sandbox, printed: str) -> None:
