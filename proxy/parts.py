@@ -307,7 +307,9 @@ def make_learning(
     """Windows learned from the provider (upstream.learn_windows), else none."""
     if not settings.upstream.learn_windows or windows.learned is None:
         return None
-    return WindowLearning(windows, windows.learned, WindowProbe(upstream), metrics, log)
+    return WindowLearning(
+        windows, windows.learned, WindowProbe(upstream, version=package_version()), metrics, log
+    )
 
 
 def loop_limits(settings: Settings) -> LoopLimits:

@@ -145,6 +145,9 @@ class LoopbackServer:
 class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        # The proxy's own questions about a model's window, answered as OpenAI's API does (a
+        # models list without windows, 404 elsewhere), kept apart from the relayed requests.
+        self.probes: list[str] = []
         self.replies: collections.deque[Reply] = collections.deque()
         self.port = 0
         self.cancelled_streams = 0
@@ -163,6 +166,15 @@ class FakeUpstream:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        if request.headers.get("user-agent", "").startswith("compaction-proxy window-probe"):
+            self.probes.append(f"{request.method} {request.path}")
+            if request.path == "/v1/models":
+                return web.json_response(
+                    {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+                )
+            return web.json_response(
+                {"error": {"message": "Not found", "type": "invalid_request_error"}}, status=404
+            )
         self.requests.append(
             Recorded(
                 method=request.method,

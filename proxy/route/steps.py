@@ -48,7 +48,7 @@ from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
 from proxy.upstream.pool import Upstream
 from proxy.upstream.providers import Provider
-from proxy.upstream.relay import relay
+from proxy.upstream.relay import Held, relay, relay_held
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
 from proxy.wire.json_body import NestedTooDeep
@@ -120,13 +120,27 @@ class CompactingRoute:
             learning is None or not learning.guessing(draft.exchange.model)
         ):
             original = None
-        if not await self._deliver(send, draft, again=original is not None) or original is None:
+        held = await self._deliver(send, draft, again=original is not None)
+        if held is None or original is None or learning is None:
             return
-        again = self.draft(
-            draft.dialect.name, draft.headers, original, draft.url, draft.exchange, draft.provider
+        again = await self._prepared(
+            self.draft(draft.dialect.name, draft.headers, original, draft.url, draft.exchange, draft.provider)
         )
         original = None
-        await self._deliver(send, await self._prepared(again), again=False)
+        if learning.fits(again.exchange):
+            await self._deliver(send, again, again=False)
+            return
+        # Even compacted to the window it named, the request would not fit (a single message
+        # larger than the window): the upstream's own refusal is the answer.
+        again.exchange.context_retry = None
+        await relay_held(
+            held,
+            send=send,
+            exchange=again.exchange,
+            route_headers=draft.route_headers,
+            error_event=draft.dialect.error_event,
+            error_body=draft.provider.error_body,
+        )
 
     async def _prepared(self, draft: Draft) -> Draft:
         for step in self.steps:
@@ -134,9 +148,10 @@ class CompactingRoute:
                 break
         return draft
 
-    async def _deliver(self, send: Send, draft: Draft, *, again: bool) -> bool:
-        """The prepared request upstream and its answer to the client; True when the upstream
-        refused it as over the window and it is to be compacted ``again`` to the window it named."""
+    async def _deliver(self, send: Send, draft: Draft, *, again: bool) -> Held | None:
+        """The prepared request upstream and its answer to the client; the answer held back
+        when the upstream refused it as over the window and it is to be compacted ``again`` to
+        the window it named."""
         learning = self.learning
         refused = (
             learning.refusal(draft, again=again) if learning is not None and draft.mode != "off" else None
@@ -162,7 +177,7 @@ class CompactingRoute:
             await self.loops.serve(
                 send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
             )
-            return False
+            return None
         content, draft.content = draft.content, b""
         return await relay(
             upstream=self.upstream,

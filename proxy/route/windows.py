@@ -22,6 +22,7 @@ from typing import Any
 from proxy.route.draft import Draft
 from proxy.state.learned_windows import LearnedWindows
 from proxy.state.token_factors import ScaledWindows
+from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.upstream.providers import Provider
 from proxy.upstream.window_probe import WindowProbe
@@ -92,6 +93,15 @@ class WindowLearning:
         """Whether the model's window is the default's guess (the route then keeps the
         client's bytes during the wait, to compact them again to the window a refusal names)."""
         return isinstance(model, str) and self._unknown(model)
+
+    def fits(self, exchange: Exchange) -> bool:
+        """Whether a request compacted again to a refused window now fits it (what the proxy
+        counts of the view; a view the policy could not bring under it is not sent again)."""
+        sent, model = exchange.tokens_after, exchange.model
+        if sent is not None and sent <= self.windows.window_for(model):
+            return True
+        self.metrics.windows_learned.labels("refusal", "unfit").inc()
+        return False
 
     def refusal(self, draft: Draft, *, again: bool) -> Callable[[int, bytes], bool] | None:
         """What the relay shows a small error answer to: True when the route sends the

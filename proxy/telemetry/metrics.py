@@ -221,7 +221,8 @@ class Metrics:
             "compaction_proxy_model_windows_learned",
             "Context windows the upstream told the proxy, by how (metadata, refusal) and what "
             "the proxy did with a refused request (retried: compacted to the window and sent "
-            "again once; relayed: the refusal went to the client).",
+            "again once; relayed: the refusal went to the client; unfit: even compacted it would "
+            "not fit, so the refusal went to the client).",
             ("source", "result"),
             registry=r,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -39,13 +40,13 @@ async def relay(
     error_event: ErrorEvent = chat_error_event,
     error_body: ErrorBody = openai_error_body,
     refused: Refused | None = None,
-) -> bool:
+) -> Held | None:
     """``route_headers``: the compaction headers of a dialect route (None: passthrough).
 
     ``refused(status, body)`` is shown a small error answer the upstream gave (a status a
     context refusal comes with, not a stream) before the client sees anything; when it returns
-    True it takes the answer over (the route sends the request again) and nothing is written:
-    the return value is then True."""
+    True it takes the answer over (the route sends the request again, or relays the answer
+    with ``relay_held``) and nothing is written: the answer is then returned."""
     call = upstream_call(exchange.trace, url)
     if call is not None and exchange.trace is not None:
         headers = exchange.trace.upstream_headers(headers, call)
@@ -77,7 +78,7 @@ async def relay(
             if refused is not None and response.status_code in REFUSAL_STATUSES and not _is_sse(response):
                 held, whole = await _hold(chunks)
                 if whole and refused(response.status_code, held):
-                    return True
+                    return Held(response.status_code, list(response.headers.raw), held)
             _start(writer, response, exchange, route_headers)
             await writer.write(held)  # headers now: a stream's first event may take the model a while
             last = b"" if whole else await _relay_chunks(chunks, stream, writer, exchange, metrics)
@@ -86,15 +87,51 @@ async def relay(
             exchange.error = error.code
             metrics.errors.labels(exchange.error).inc()
             await writer.fail(error)
-            return False
+            return None
         await writer.finish(last)
-        return False
+        return None
     finally:
         exchange.upstream_seconds = time.perf_counter() - sent_at
         await response.aclose()
         if call is not None:
             call.error = exchange.error
             call.end(**{"http.response.status_code": response.status_code})
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An upstream's answer held back from the client (a refusal the route may act on)."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+async def relay_held(
+    held: Held,
+    *,
+    send: Send,
+    exchange: Exchange,
+    route_headers: list[tuple[bytes, bytes]],
+    error_event: ErrorEvent = chat_error_event,
+    error_body: ErrorBody = openai_error_body,
+) -> None:
+    """A held answer to the client, as the upstream gave it (with the route's headers)."""
+    writer = ResponseWriter(
+        send,
+        extra_headers=exchange.extra_headers,
+        error_event=error_event,
+        error_body=error_body,
+        mark_done=exchange.mark_responded,
+        capture=exchange.canary_capture,
+    )
+    out_headers = client_response_headers(held.headers)
+    if header_value(out_headers, b"x-request-id") is None:
+        out_headers.append((b"x-request-id", exchange.request_id.encode()))
+    out_headers.extend(route_headers)
+    exchange.status = held.status
+    writer.start(held.status, out_headers, streaming=False)
+    await writer.finish(held.body)
 
 
 async def _relay_chunks(

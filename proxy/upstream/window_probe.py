@@ -99,18 +99,24 @@ def _questions(base: UpstreamBase, model: str) -> list[_Question]:
     return asked
 
 
+# Says who asks: an operator reading the server's log (or a test's fake server) can tell the
+# proxy's own questions from the requests it relays for its clients.
+PROBE_AGENT = "compaction-proxy window-probe"
+
+
 class WindowProbe:
     """Asks the upstream for a model's window (see the module's docstring)."""
 
-    def __init__(self, upstream: Upstream, timeout: float = 3.0) -> None:
+    def __init__(self, upstream: Upstream, timeout: float = 3.0, version: str = "0") -> None:
         self.upstream = upstream
         self.timeout = timeout
+        self.agent = f"{PROBE_AGENT}/{version}".encode()
 
     async def ask(
         self, base: UpstreamBase, model: str, headers: Sequence[tuple[bytes, bytes]]
     ) -> ProbeAnswer | None:
         sent: Headers = [(n, v) for n, v in headers if n in _CREDENTIALS]
-        sent.append((b"accept", b"application/json"))
+        sent += [(b"accept", b"application/json"), (b"user-agent", self.agent)]
         try:
             async with asyncio.timeout(self.timeout):
                 for question in _questions(base, model):

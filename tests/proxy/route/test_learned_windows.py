@@ -192,3 +192,17 @@ async def test_the_learned_window_is_shown_on_readyz_and_in_the_sessions_list(tm
     assert ready["learned_windows"] == {MODEL: WINDOW}
     (row,) = [r for r in sessions if r.get("client_session") == "shown"]
     assert (row["window"], row["window_from"]) == (WINDOW, "provider")
+
+
+async def test_a_request_that_cannot_fit_even_compacted_gets_the_providers_own_refusal(
+    tmp_path: Path,
+) -> None:
+    provider = Provider("openai")
+    app = make_app(tmp_path, provider)
+    # Under `full` nothing is compacted: the request sent again would be the same.
+    response = await post(app, long_request(), **{"X-Compaction-Policy": "full"})
+    assert response.status_code == 400
+    assert response.json() == refusal_body("openai", WINDOW, provider.chats[0][0])
+    assert [status for _, status in provider.chats] == [400]  # not sent again: it could not fit
+    assert "x-compaction-window-learned" not in response.headers
+    assert (tmp_path / "learned_windows.json").exists()  # but the window is known now
