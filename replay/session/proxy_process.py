@@ -33,7 +33,8 @@ def replay_proxy_config(
     settings: Settings, config: ReplayConfig, upstream_url: str, state_dir: Path
 ) -> dict[str, Any]:
     data = to_builtins(settings)
-    data["upstream"] = {**data["upstream"], "base_url": upstream_url, "api_key": None}
+    # The recorded upstream knows no window: the replay measures at the window it is given.
+    data["upstream"] = {**data["upstream"], "base_url": upstream_url, "api_key": None, "learn_windows": False}
     data["anthropic"] = {"base_url": upstream_url, "api_key": None}
     data["state_dir"] = str(state_dir)
     data["server"] = {**data["server"], "admin_token": None, "workers": 1, "host": "127.0.0.1"}

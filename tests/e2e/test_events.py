@@ -179,7 +179,7 @@ def test_shadow_mode_sends_the_original_and_records_the_view(
 
 
 def test_metrics_are_correct_with_several_workers(start_proxy: Any, upstream: FakeUpstream) -> None:
-    proxy = start_proxy({"server": {"workers": 2}, "context_windows": {"default": 8192}})
+    proxy = start_proxy({"server": {"workers": 2}, "context_windows": {"default": 8192}, "policy": "full"})
     sent = 0
 
     def served_by() -> set[Any]:

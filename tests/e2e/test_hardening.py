@@ -191,7 +191,8 @@ def test_the_upstream_host_can_never_change(
 ) -> None:
     other = FakeUpstream().start()
     try:
-        base = upstream.base_url if with_path else f"http://127.0.0.1:{upstream.port}"
+        # The usual /v1, or another prefix (a bare host is refused by the configuration check).
+        base = upstream.base_url if with_path else f"http://127.0.0.1:{upstream.port}/api"
         proxy = start_proxy({"upstream": {"base_url": base, "api_key": UPSTREAM_KEY, "http_client": client}})
         raw = path.format(other=f"127.0.0.1:{other.port}").encode()
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:

@@ -79,7 +79,7 @@ def query(url: str, promql: str, expected: float, timeout: float = 30.0) -> floa
 def test_prometheus_scrapes_the_expected_series(
     start_proxy: Any, upstream: FakeUpstream, prometheus: Any
 ) -> None:
-    proxy = start_proxy({"context_windows": {"default": 8192}})
+    proxy = start_proxy({"context_windows": {"default": 8192}, "policy": "full"})
     url = prometheus(proxy.port)
     for _ in range(3):
         httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": history()[:2]})
