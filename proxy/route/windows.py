@@ -47,6 +47,8 @@ class WindowLearning:
         self.metrics = metrics
         self.log = log
         self._asked: dict[tuple[str, str], asyncio.Future[None] | None] = {}
+        # Whether the configuration or the table covers a model (asked per request: memoized).
+        self._covered: dict[str, bool] = {}
 
     async def ask(self, draft: Draft) -> bool:
         """A route step: the model's window from the upstream's metadata, the first time."""
@@ -67,11 +69,12 @@ class WindowLearning:
 
     def _unknown(self, model: str) -> bool:
         """Whether the window would be a guess: nothing configured, told or in the table."""
-        return not (
-            self.learned.configured(model)
-            or self.learned.window(model) is not None
-            or self.windows.covers(model)
-        )
+        covered = self._covered.get(model)
+        if covered is None:
+            covered = self.learned.configured(model) or self.windows.covers(model)
+            if len(self._covered) < _MAX_ASKED:
+                self._covered[model] = covered
+        return not covered and self.learned.window(model) is None
 
     async def _ask(self, provider: Provider, model: str, headers: list[tuple[bytes, bytes]]) -> None:
         assert self.probe is not None
@@ -110,22 +113,22 @@ class WindowLearning:
         model = exchange.model
         if not isinstance(model, str):
             return None
-        used = self.windows.window_for(model)
         retry = again and draft.mode == "enforce" and exchange.skipped is None
-        sent = exchange.tokens_after
         upstream = draft.provider.base.key
 
         def refused(status: int, body: bytes) -> bool:
             said = context_refusal(status, body)
             if said is None:
                 return False
+            # Read now, not per request: refusals are rare. The window the request was made for.
+            used, sent = self.windows.window_for(model), exchange.tokens_after
             scale = 1.0
             if said.prompt_tokens and sent and self.windows.factors.factor(model) == 1.0:
                 # The provider counts more than the packaged encoding: hold its window in ours.
                 scale = max(1.0, said.prompt_tokens / sent)
             learned = self.learned.learn(upstream, model, said.window, f"refusal {status}", scale)
-            again = learned is not None and retry and self.windows.window_for(model) < used
-            self.metrics.windows_learned.labels("refusal", "retried" if again else "relayed").inc()
+            resend = learned is not None and retry and self.windows.window_for(model) < used
+            self.metrics.windows_learned.labels("refusal", "retried" if resend else "relayed").inc()
             self.log.warning(
                 "model_window_refused",
                 model=model[:200],
@@ -133,10 +136,10 @@ class WindowLearning:
                 prompt_tokens=said.prompt_tokens,
                 upstream=upstream,
                 configured=learned is None,
-                retried=again,
+                retried=resend,
                 request_id=exchange.request_id,
             )
-            if again:
+            if resend:
                 exchange.context_retry = {
                     "status": status,
                     "window": said.window,
@@ -145,6 +148,6 @@ class WindowLearning:
                     "window_after": self.windows.window_for(model),
                     "tokens_sent_before": sent,
                 }
-            return again
+            return resend
 
         return refused
