@@ -130,6 +130,15 @@ def _events(args: argparse.Namespace) -> int:
         if found is not None:
             settings, where = found
             sys.stderr.write(f"compaction-proxy: reading {where}\n")
+    if settings.store.backend == "sqlite":
+        path = Path(settings.store.path or Path(settings.state_dir) / "compaction.db")
+        if not path.exists():
+            # Reading must not leave an empty store behind where no proxy ever ran.
+            sys.stderr.write(
+                f"compaction-proxy events: no store at {path}: run it in the directory `serve` runs "
+                "in, or pass that proxy's --config\n"
+            )
+            return 1
     return run_events(args, settings, make_store(settings))
 
 
@@ -257,7 +266,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     health.set_defaults(run=_healthcheck)
     wrap = commands.add_parser(
         "wrap",
-        help="run an agent through the proxy and print what it did: wrap claude|codex|COMMAND -- ARGS",
+        help="run an agent through the proxy and print what it did: wrap AGENT|COMMAND -- ARGS "
+        "(claude, codex, opencode, aider, qwen, goose)",
         description="Runs AGENT through the proxy at --url, or the one at the configured address "
         "if it runs this configuration, else one started for the run; prints what the proxy did "
         "when the agent exits. Its exit status is the agent's.",

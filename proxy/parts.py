@@ -287,7 +287,14 @@ def make_windows(settings: Settings, factors: TokenFactors, log: Any, metrics: M
 
     def defaulted(model: str, window: int) -> None:
         log.warning(
-            "model_window_defaulted", model=model[:200], window=window, fix="add the model to `models:`"
+            "model_window_defaulted",
+            model=model[:200],
+            window=window,
+            fix=(
+                "learned from the upstream's first context-length error, or set it in `models:`"
+                if settings.upstream.learn_windows
+                else "add the model to `models:`"
+            ),
         )
         metrics.models_defaulted.labels(model[:100]).inc()
 

@@ -20,7 +20,7 @@ from proxy.state.sessions import client_session_label
 # (header, width, right-aligned)
 COLUMNS = (
     ("TIME", 14, False),
-    ("SESSION", 26, False),
+    ("SESSION", 30, False),  # a wrap run's id (27 characters) whole, to paste into --session
     ("POLICY", 16, False),
     ("TRIGGER", 10, False),
     ("TOKENS BEFORE -> AFTER", 22, True),

@@ -173,7 +173,8 @@ def chosen_proxy(settings: Settings, config: str | None, url: str | None, direct
         if found.digest != wanted:
             raise WrapRefused(
                 f"the compaction-proxy at {base} runs another configuration ({found.describe()}) "
-                f"than {_config_name(config)} ({wanted}): stop it, give {config or 'your configuration'} "
+                f"than {_config_name(config)} ({wanted}; its file and the COMPACTION_PROXY_* variables "
+                f"of this shell both count): stop it, give {config or 'your configuration'} "
                 f"another server.port, or pass --url {base} to use it as it is"
             )
         return Proxy(base, found, note=f"using the proxy already running at {base} ({found.describe()})")

@@ -170,7 +170,8 @@ def _where(facts: RunFacts) -> list[str]:
         lines.append("  (a proxy that was already running: its other clients' traffic is counted too)")
     if facts.log_path is not None:
         lines.append(f"  proxy log: {facts.log_path}")
-    lines.append(f"  events: {facts.events_command}")
+    where = "  (run it where that proxy runs, with its --config)" if facts.shared else ""
+    lines.append(f"  events: {facts.events_command}{where}")
     return lines
 
 

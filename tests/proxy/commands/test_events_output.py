@@ -140,3 +140,15 @@ def test_follow_prints_oldest_first_then_new_events_below(tmp_path: Path) -> Non
     finally:
         follower.terminate()
         follower.wait(timeout=10)
+
+
+def test_events_where_no_proxy_ran_says_so_and_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proxy.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMPACTION_PROXY_CONFIG", raising=False)
+    assert main(["events"]) == 1
+    assert "no store at var/compaction.db" in capsys.readouterr().err
+    assert not (tmp_path / "var").exists()

@@ -235,6 +235,10 @@ def test_events_says_why_nothing_matched(tmp_path: Path, capsys: pytest.CaptureF
     path = config(tmp_path)
     (tmp_path / "var").mkdir()
     assert main(["events", "--config", path, "--session", "run-1"]) == 1
+    assert "no store at" in capsys.readouterr().err  # and none is made
+    assert not (tmp_path / "var" / "compaction.db").exists()
+    add_events(tmp_path / "var" / "compaction.db", [])
+    assert main(["events", "--config", path, "--session", "run-1"]) == 1
     err = capsys.readouterr().err
     assert "no events in the store" in err and "record_skipped" in err and "compaction.db" in err
     add_events(tmp_path / "var" / "compaction.db", [("t_a", explicit_session("t_a", "run-1"), "improved")])
