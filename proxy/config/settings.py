@@ -180,6 +180,8 @@ def load_settings(
     ):
         if env.get(variable):
             _set_path(data, dotted, env[variable])
+            # Named in a message about the configuration (names only: some hold keys).
+            origin += f"{' and' if ' with ' in origin else ' with'} {variable}"
     if env.get(ENV_HOST):
         _set_path(data, "server.host", env[ENV_HOST])
     if env.get(ENV_PORT):

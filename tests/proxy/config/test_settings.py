@@ -130,3 +130,9 @@ def test_a_base_url_without_its_version_or_with_an_endpoint_path_is_refused_with
 )
 def test_usual_base_urls_pass(url: str) -> None:
     assert load_settings(env={}, overrides={"upstream.base_url": url}).upstream.base_url == url
+
+
+def test_a_bad_value_from_the_environment_names_its_variable() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(env={"COMPACTION_PROXY_UPSTREAM_URL": "http://127.0.0.1:8001"})
+    assert "built-in defaults with COMPACTION_PROXY_UPSTREAM_URL" in str(refused.value)
