@@ -127,8 +127,9 @@ def event_routes(
     ) -> Response[Any]:
         """The caller's recent sessions, newest first, summed from their newest 5,000 events:
         model, door, requests, tokens sent and sent upstream, compaction points, reads and the
-        estimated savings (the ``models`` table's ``input_price``), and the model's window
-        (``window_from``: ``provider`` when its upstream told it, else ``table``)."""
+        estimated savings (the ``models`` table's ``input_price``), and the window the proxy
+        now holds the model to (``window_from``: ``provider`` when its upstream told it, else
+        ``table``)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
