@@ -195,3 +195,17 @@ def test_llamacpp_props_and_ollama_show() -> None:
     assert window_from_ollama_show(info) == 4096  # Ollama's default context, under the trained one
     assert window_from_ollama_show({"model_info": {"x.context_length": 2048}, "details": {}}) == 2048
     assert window_from_ollama_show({"id": "c", "choices": []}) is None  # not Ollama's answer
+
+
+def test_every_fake_providers_own_refusal_is_read_as_the_provider_means_it() -> None:
+    """The Anthropic fake's two real wordings name the window; the Responses API's real one names
+    none (``Your input exceeds the context window of this model``): that teaches nothing and is
+    relayed as it came."""
+    from tests.anthropic_upstream.errors import error_body, prompt_too_long
+    from tests.responses_upstream import context_length_error
+
+    over = orjson.dumps(error_body(400, prompt_too_long(9000, 100, 8192)))
+    with_answer = orjson.dumps(error_body(400, prompt_too_long(8100, 500, 8192)))
+    assert context_refusal(400, over) == Refusal(8192, 9000)
+    assert context_refusal(400, with_answer) == Refusal(8192, 8100)
+    assert context_refusal(400, orjson.dumps(context_length_error())) is None
