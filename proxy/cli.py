@@ -266,8 +266,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     health.set_defaults(run=_healthcheck)
     wrap = commands.add_parser(
         "wrap",
-        help="run an agent through the proxy and print what it did: wrap AGENT|COMMAND -- ARGS "
-        "(claude, codex, opencode, aider, qwen, goose)",
+        help="run an agent (claude, codex, opencode, aider, qwen, goose, any command) through the proxy",
         description="Runs AGENT through the proxy at --url, or the one at the configured address "
         "if it runs this configuration, else one started for the run; prints what the proxy did "
         "when the agent exits. Its exit status is the agent's.",

@@ -64,6 +64,18 @@ class Draft:
 Step = Callable[[Draft], Awaitable[bool]]
 
 
+def restore_lookup(draft: Draft) -> Callable[[list[Any]], Awaitable[Any]] | None:
+    """The dialect's lookup for a worker that reads a large body, if it could find anything."""
+    dialect, tenant = draft.dialect, draft.tenant
+    if not dialect.restores():
+        return None
+
+    async def lookup(wanted: list[Any]) -> Any:
+        return await dialect.restore_found(tenant, wanted)
+
+    return lookup
+
+
 def several_streamed_choices(body: dict[str, Any]) -> bool:
     """A stream of ``n`` > 1 choices: the read tool is not offered (each choice would need its
     own read rounds inside one interleaved stream); the view still names its handles."""

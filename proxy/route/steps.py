@@ -16,8 +16,7 @@ needs upstream) are hooks of its adapter (``dialects/base.py``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from policies.handles import names_a_handle
 from policies.pipeline import Policy, requested_answer_tokens
@@ -34,6 +33,7 @@ from proxy.route.draft import (
     Headers,
     Send,
     Step,
+    restore_lookup,
     several_streamed_choices,
     why_unreadable,
 )
@@ -317,7 +317,7 @@ class CompactingRoute:
                     tenant=draft.tenant,
                     headers=draft.headers,
                     client_origin=origin,
-                    restore=self._restore_lookup(draft),
+                    restore=restore_lookup(draft),
                 )
             except (NestedTooDeep, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -340,18 +340,6 @@ class CompactingRoute:
             exchange.token_factor = self.windows.factors.factor(exchange.model)
             exchange.head_limit = HEAD_LIMIT
         return True
-
-    @staticmethod
-    def _restore_lookup(draft: Draft) -> Callable[[list[Any]], Awaitable[Any]] | None:
-        """The dialect's lookup for a worker that reads a large body, if it could find anything."""
-        dialect, tenant = draft.dialect, draft.tenant
-        if not dialect.restores():
-            return None
-
-        async def lookup(wanted: list[Any]) -> Any:
-            return await dialect.restore_found(tenant, wanted)
-
-        return lookup
 
     async def render(self, draft: Draft) -> bool:
         """The view as the dialect's wire body (a worker process rendered a large one)."""

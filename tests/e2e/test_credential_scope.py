@@ -61,7 +61,8 @@ def test_an_anthropic_token_never_reaches_the_openai_summarizer(
             {
                 "policy": "improved",
                 "anthropic": {"base_url": anthropic.base_url},
-                "summarizer": {"kind": "openai", "model": "small-model"},
+                # Asked at the point itself (prepare_at null), where the credential is chosen.
+                "summarizer": {"kind": "openai", "model": "small-model", "prepare_at": None},
                 "context_windows": {"default": 8_000},
             }
         )
@@ -95,7 +96,7 @@ def test_a_chat_clients_key_still_reaches_a_summarizer_on_its_own_upstream(
     proxy = start_proxy(
         {
             "policy": "improved",
-            "summarizer": {"kind": "openai", "model": "small-model"},
+            "summarizer": {"kind": "openai", "model": "small-model", "prepare_at": None},
             "context_windows": {"default": 8_000},
         }
     )
