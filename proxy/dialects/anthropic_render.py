@@ -5,7 +5,8 @@ message the policies did not touch is its original blocks (a wire message whose 
 untouched and all present is the client's own object, byte for byte); a changed one keeps
 every field of its blocks but the new text, result or input (signatures, ids, ``cache_control``
 and ``is_error`` untouched); new messages (the summary, notes) are text blocks, a new system
-note joins ``system``. Consecutive messages of one role are merged (tool results first), and
+note joins ``system``. Consecutive messages of one role are merged (tool results first), but
+for system messages inside ``messages``, each of which goes as the client's own object; and
 the first message is always the user's.
 """
 
@@ -169,7 +170,8 @@ def _with_notes(system: Any, notes: list[str]) -> Any:
 def _merge(pieces: list[_Piece], wire: list[Any]) -> list[Any]:
     groups: list[list[_Piece]] = []
     for piece in pieces:
-        if groups and groups[-1][0].role == piece.role:
+        # A system message in ``messages`` is one instruction as sent, never joined to another.
+        if groups and groups[-1][0].role == piece.role != "system":
             groups[-1].append(piece)
         else:
             groups.append([piece])
