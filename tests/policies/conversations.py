@@ -145,9 +145,10 @@ def with_instructions(
     last = conversation.steps[-1] if conversation.steps else None
     if last is not None and last.answered:
         places.append(len(messages))  # the history may end with one (Claude Code's turn 1)
-    if conversation.first_user >= 0:
+    if conversation.first_user >= 0 and conversation.first_user + 1 not in places:
         places.append(conversation.first_user + 1)
-    chosen = draw(st.lists(st.sampled_from(places), min_size=1, max_size=3)) if places else []
+    # One at a place: the Messages API wants no two messages of one role in a row.
+    chosen = draw(st.lists(st.sampled_from(places), min_size=1, max_size=3, unique=True)) if places else []
     for place in sorted(chosen, reverse=True):
         role = draw(st.sampled_from(["system", "developer"]))
         messages.insert(place, {"role": role, "content": draw(content(80))})
