@@ -3,11 +3,10 @@
 While the view is over ``max_share`` x window (less the answer's reserve, and the read tool's
 schema when the view names saved outputs), the oldest complete step after the protected head is
 dropped. Protected: the system prompt (and system messages inside the history), the first user
-message (the task), a summary
-message, the last user message, and the final step (what the model must answer now). If the
-protected messages alone exceed the budget, the view is left as it is and the fact recorded:
-trimming further would break the request's meaning, and the upstream's own error is the
-honest answer then.
+message (the task), a summary message, the last user message, and the final step (what the
+model must answer now). If the protected messages alone exceed the budget, the view is left as
+it is and the fact recorded: trimming further would break the request's meaning, and the
+upstream's own error is the honest answer then.
 """
 
 from __future__ import annotations
