@@ -31,6 +31,10 @@ WIRE_ONLY = "wire_only"
 # Tokens a neutral message's wire form costs beyond its text (an image or a PDF in Anthropic's
 # count): added to its count as they are.
 WIRE_TOKENS = "wire_tokens"
+# Roles of the fixed part: instructions, wherever they sit. Leading ones are the system prompt;
+# one later in the history (Claude Code's environment block for a model it does not know, a
+# developer note mid-session) stays verbatim at its place, never summarized, offloaded or cut.
+FIXED_ROLES = frozenset({"system", "developer"})
 
 
 def message_text(message: Any) -> str:
@@ -75,7 +79,9 @@ class Step:
 
     start: int
     end: int
-    kind: str  # "system", "user", "exchange", "assistant", "observation", "orphan", "other"
+    # "system" (the fixed part: the leading system prompt, or one instruction message later in
+    # the history), "user", "exchange", "assistant", "observation", "orphan", "other"
+    kind: str
     call_ids: tuple[str, ...] = ()
     answered: bool = True  # every call has its result
 
@@ -177,10 +183,15 @@ def is_harness_preamble(message: Any) -> bool:
 
 def system_prefix_end(messages: Sequence[Message]) -> int:
     """How many leading system/developer messages there are (without parsing the rest)."""
-    end = 0
-    while end < len(messages) and role(messages[end]) in ("system", "developer"):
-        end += 1
-    return end
+    return after_fixed(messages, 0)
+
+
+def after_fixed(messages: Sequence[Message], index: int) -> int:
+    """The first index at or after ``index`` that is not a system/developer message: a run of
+    instructions right after a kept message (the task) is kept with it, before any summary."""
+    while index < len(messages) and role(messages[index]) in FIXED_ROLES:
+        index += 1
+    return index
 
 
 def parse(messages: Sequence[Message]) -> Conversation:
@@ -235,6 +246,8 @@ def parse(messages: Sequence[Message]) -> Conversation:
             steps.append(Step(index, index + 1, "assistant"))
             if not worked and index - 1 == last_user >= 0 and is_acknowledgement(message):
                 context_pair = True
+        elif kind in FIXED_ROLES:
+            steps.append(Step(index, index + 1, "system"))  # part of the fixed part, in place
         else:
             steps.append(Step(index, index + 1, "other"))
         index += 1

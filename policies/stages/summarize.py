@@ -22,7 +22,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.budget import answer_reserve, read_ceiling, whole_request
-from policies.conversation import message_text
+from policies.conversation import FIXED_ROLES, after_fixed, message_text, role
 from policies.facts import SummarizeFact
 from policies.stages.common import first_safe_cut_at_or_after
 from policies.stages.summary_state import compact_range, summary_index, view_index_of
@@ -69,12 +69,17 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     def _tail_budget(self, view: View, ctx: Context, first_new: int, last_user: int) -> float:
         """The retained tail's size: ``retained_tail`` x window, less whatever the whole request
         would have above the target with it (what stays anyway: the head before the range, the
-        kept last user message, the new summary at its budget, the answer's reserve and the
-        read tool), so that the compaction point lands at its target."""
+        kept last user message and instructions inside the history, the new summary at its
+        budget, the answer's reserve and the read tool), so that the compaction point lands at
+        its target."""
         counts = ctx.counter.count_messages(view.messages, ctx.encoding)
         current = summary_index(view)
         at = current if current is not None else first_new
-        kept = sum(c for c, o in zip(counts[at:], view.origin[at:], strict=True) if o == last_user >= 0)
+        kept = sum(
+            counts[i]
+            for i in range(at, len(view.messages))
+            if view.origin[i] == last_user >= 0 or role(view.messages[i]) in FIXED_ROLES
+        )
         narrative = 0 if ctx.summarizer is None or isinstance(ctx.summarizer, LedgerSummarizer) else 0.05
         summary = (ctx.ledger_share + narrative) * ctx.window
         fixed = view.tokens(ctx) - sum(counts[at:]) + kept + summary
@@ -90,8 +95,12 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             view.checkpoint = replace(view.checkpoint, short_of_target=False)
             return view
         original = view.original_conversation()
+        # The summary starts after the task and the instructions that follow it (Claude Code's
+        # environment block for a model it does not know): they stay where they are.
         anchor = (
-            original.first_user + 1 if self.keep_task and original.first_user >= 0 else original.prefix_end
+            after_fixed(view.original, original.first_user + 1)
+            if self.keep_task and original.first_user >= 0
+            else original.prefix_end
         )
         current = summary_index(view)
         first_new = current + 1 if current is not None else view_index_of(view, anchor)

@@ -2,11 +2,11 @@
 
 While the view is over ``max_share`` x window (less the answer's reserve, and the read tool's
 schema when the view names saved outputs), the oldest complete step after the protected head is
-dropped. Protected: the system prompt, the first user message (the task), a summary
-message, the last user message, and the final step (what the model must answer now). If the
-protected messages alone exceed the budget, the view is left as it is and the fact recorded:
-trimming further would break the request's meaning, and the upstream's own error is the
-honest answer then.
+dropped. Protected: the system prompt (and system messages inside the history), the first user
+message (the task), a summary message, the last user message, and the final step (what the
+model must answer now). If the protected messages alone exceed the budget, the view is left as
+it is and the fact recorded: trimming further would break the request's meaning, and the
+upstream's own error is the honest answer then.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import ClassVar
 import msgspec
 
 from policies.budget import answer_reserve, names_handles, read_room_for
-from policies.conversation import Message, message_text, role
+from policies.conversation import Message, after_fixed, message_text, role
 from policies.facts import SafeguardFact
 from policies.handles import EXCERPT_PREFIX, PLACEHOLDER_PREFIX, excerpt_text, new_handle
 from policies.stages.common import SUMMARY_HEADER
@@ -132,7 +132,7 @@ class TokenSafeguard(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         original = view.original_conversation()
         if original.first_user < 0:
             return False
-        anchor = original.first_user + 1
+        anchor = after_fixed(view.original, original.first_user + 1)  # as ``summarize`` places it
         current = summary_index(view)
         first = current + 1 if current is not None else view_index_of(view, anchor)
         kept_pins = {

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from policies.conversation import Message, message_text
+from policies.conversation import FIXED_ROLES, Message, message_text, system_prefix_end
 from proxy.dialects.anthropic_messages import SYSTEM, Origin
 
 # What a replayed Messages request asks for (the API requires ``max_tokens``): the policies'
@@ -58,10 +58,13 @@ def anthropic_content(message: Message) -> list[dict[str, Any]]:
 
 
 def anthropic_body(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """``system`` and ``messages`` of a Messages request for a chat history."""
-    system = "\n\n".join(message_text(m) for m in messages if m.get("role") == "system")
+    """``system`` and ``messages`` of a Messages request for a chat history: the leading system
+    messages are ``system``; a later one stays in ``messages`` at its place, as Claude Code
+    sends its environment block for a model name it does not know."""
+    leading = system_prefix_end(messages)
+    system = "\n\n".join(message_text(m) for m in messages[:leading])
     wire: list[dict[str, Any]] = []
-    for message in messages:
+    for message in messages[leading:]:
         role = message.get("role")
         if role == "assistant":
             wire.append({"role": "assistant", "content": anthropic_content(message)})
@@ -76,7 +79,9 @@ def anthropic_body(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any
                 previous["content"].append(block)
             else:
                 wire.append({"role": "user", "content": [block], "results": True})
-        elif role != "system":
+        elif role in FIXED_ROLES:
+            wire.append({"role": "system", "content": message_text(message)})
+        else:
             wire.append({"role": "user", "content": message_text(message)})
     for message in wire:
         message.pop("results", None)

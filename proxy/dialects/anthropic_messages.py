@@ -8,7 +8,10 @@ message; each wire message becomes neutral messages:
   text and server tool blocks (``server_tool_use``, ``web_search_tool_result``, ...) are
   ``wire_only`` (counted, never summarized or shown to a policy) and stay in the message;
 - a **user** message's ``tool_result`` blocks are neutral tool results, one each, named after
-  their call; its other blocks (text, images, documents) one neutral user message after them.
+  their call; its other blocks (text, images, documents) one neutral user message after them;
+- a **system** message inside ``messages`` (Claude Code sends its environment block so for a
+  model name it does not know: GLM, Kimi, DeepSeek, local models) is a neutral system message
+  at its place: the fixed part, never summarized, offloaded or cut, written back as sent.
 
 Writing a view back is ``anthropic_render.py``.
 """
@@ -149,8 +152,8 @@ def read_messages(body: dict[str, Any]) -> Read:
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for index, message in enumerate(wire if isinstance(wire, list) else []):
         where = f"messages[{index}]"
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            read.problem = read.problem or f"{where} must be an object with role user or assistant"
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            read.problem = read.problem or f"{where} must be an object with role user, assistant or system"
             continue
         role, content = message["role"], message.get("content")
         if isinstance(content, str):
@@ -164,7 +167,10 @@ def read_messages(body: dict[str, Any]) -> Read:
         if problem:
             read.problem = read.problem or problem
             continue
-        if role == "assistant":
+        if role == "system":
+            read.messages.append({"role": "system", "content": text_of(content)})
+            read.origins.append(Origin(index, tuple(range(len(content)))))
+        elif role == "assistant":
             _read_assistant(read, index, content, names)
         else:
             _read_user(read, index, content, names)

@@ -5,7 +5,8 @@ message the policies did not touch is its original blocks (a wire message whose 
 untouched and all present is the client's own object, byte for byte); a changed one keeps
 every field of its blocks but the new text, result or input (signatures, ids, ``cache_control``
 and ``is_error`` untouched); new messages (the summary, notes) are text blocks, a new system
-note joins ``system``. Consecutive messages of one role are merged (tool results first), and
+note joins ``system``. Consecutive messages of one role are merged (tool results first), but
+for system messages inside ``messages``, each of which goes as the client's own object; and
 the first message is always the user's.
 """
 
@@ -166,10 +167,23 @@ def _with_notes(system: Any, notes: list[str]) -> Any:
     return "\n\n".join([system, *notes] if isinstance(system, str) and system else notes)
 
 
+def _joins(group: list[_Piece], piece: _Piece) -> bool:
+    """Whether ``piece`` joins the wire message of ``group``: one of the same role, but for a
+    system message the client itself sent right after another (each goes as sent); two that
+    only a compaction brought together (what was between them summarized or cut) are joined,
+    as the API wants no two messages of one role in a row."""
+    last = group[-1]
+    if last.role != piece.role:
+        return False
+    if piece.role != "system":
+        return True
+    return last.source is None or piece.source is None or piece.source != last.source + 1
+
+
 def _merge(pieces: list[_Piece], wire: list[Any]) -> list[Any]:
     groups: list[list[_Piece]] = []
     for piece in pieces:
-        if groups and groups[-1][0].role == piece.role:
+        if groups and _joins(groups[-1], piece):
             groups[-1].append(piece)
         else:
             groups.append([piece])

@@ -9,6 +9,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from policies.conversation import parse
+
 WORDS = st.sampled_from(
     ["error", "passed", "failed", "def", "return", "import", "x", "foo.py", "Traceback", "42", "ok", "line\n"]
 )
@@ -127,4 +129,27 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
                 ],
             }
         )
+    return messages
+
+
+@st.composite
+def with_instructions(
+    draw: st.DrawFn, history: st.SearchStrategy[list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``history`` with system/developer messages inside it, between steps (never between a
+    call and its results): right after the task, as Claude Code sends its environment block
+    for a model name it does not know, and anywhere later, a developer note mid-session."""
+    messages = draw(history)
+    conversation = parse(messages)
+    places = [s.start for s in conversation.steps if s.start > conversation.prefix_end]
+    last = conversation.steps[-1] if conversation.steps else None
+    if last is not None and last.answered:
+        places.append(len(messages))  # the history may end with one (Claude Code's turn 1)
+    if conversation.first_user >= 0 and conversation.first_user + 1 not in places:
+        places.append(conversation.first_user + 1)
+    # One at a place: the Messages API wants no two messages of one role in a row.
+    chosen = draw(st.lists(st.sampled_from(places), min_size=1, max_size=3, unique=True)) if places else []
+    for place in sorted(chosen, reverse=True):
+        role = draw(st.sampled_from(["system", "developer"]))
+        messages.insert(place, {"role": role, "content": draw(content(80))})
     return messages

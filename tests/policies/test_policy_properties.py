@@ -13,7 +13,7 @@ from policies.conversation import parse, role
 from policies.pipeline import Checkpoint, Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
-from tests.policies.conversations import conversation
+from tests.policies.conversations import conversation, with_instructions
 
 COUNTER = TokenCounter()
 POLICIES = build_policies(policy_specs(Settings()))
@@ -81,6 +81,47 @@ def test_request_by_request_with_checkpoints(messages: list[Any]) -> None:
             outcome = run(POLICIES[name], history, 4_000, checkpoint)
             view = outcome.messages if outcome.messages is not None else history
             check_view(history, view)
+            checkpoint = outcome.checkpoint
+
+
+def instructions_inside(messages: list[Any]) -> list[Any]:
+    """The system/developer messages after the leading ones: the fixed part inside the history."""
+    return [m for m in messages[parse(messages).prefix_end :] if role(m) in ("system", "developer")]
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(messages=with_instructions(conversation()))
+def test_instructions_inside_the_history_stay_verbatim_in_order(name: str, messages: list[Any]) -> None:
+    """A system or developer message inside the history (Claude Code's environment block for a
+    model it does not know, a developer note) is part of the fixed part: every view holds it,
+    the client's own object, in its order; never summarized, offloaded or cut."""
+    inside = instructions_inside(messages)
+    assert inside
+    for window in WINDOWS[:2]:
+        outcome = run(POLICIES[name], messages, window)
+        view = outcome.messages if outcome.messages is not None else messages
+        check_view(messages, view)
+        assert [m for m in view if any(m is i for i in inside)] == inside, (name, window, shape(view))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(messages=with_instructions(conversation()))
+def test_instructions_inside_the_history_survive_request_by_request(messages: list[Any]) -> None:
+    """Carried from one request to the next in a checkpoint, the summary keeps them too."""
+    for name in ("improved", "sre", "n_latest_10"):
+        checkpoint = None
+        for end in [i + 1 for i, m in enumerate(messages) if role(m) in ("tool", "user", "system")]:
+            history = messages[:end]
+            outcome = run(POLICIES[name], history, 4_000, checkpoint)
+            view = outcome.messages if outcome.messages is not None else history
+            check_view(history, view)
+            inside = instructions_inside(history)
+            assert [m for m in view if any(m is i for i in inside)] == inside, (name, end, shape(view))
             checkpoint = outcome.checkpoint
 
 
