@@ -141,6 +141,8 @@ class CompactionRecord:
             checkpoint_json=b"null" if light else checkpoint_json(outcome.checkpoint, state),
         )
         event["dialect"] = exchange.route
+        # The upstream's answer to the view (a failed request's event says it failed).
+        event["status"] = exchange.status
         client_session = client_session_label(exchange.client_session) if exchange.client_session else None
         if client_session:
             # The id the client named the session with, shown beside the proxy's hash of it;

@@ -206,3 +206,13 @@ async def test_a_request_that_cannot_fit_even_compacted_gets_the_providers_own_r
     assert [status for _, status in provider.chats] == [400]  # not sent again: it could not fit
     assert "x-compaction-window-learned" not in response.headers
     assert (tmp_path / "learned_windows.json").exists()  # but the window is known now
+
+
+async def test_the_event_says_the_upstreams_status(tmp_path: Path) -> None:
+    provider = Provider()
+    overrides = {"upstream.learn_windows": False, "events.record_skipped": True}
+    app = make_app(tmp_path, provider, **overrides)
+    assert (await post(app, long_request(), **{"X-Session-Id": "failed"})).status_code == 400
+    assert (await post(app, long_request(2), **{"X-Session-Id": "fine"})).status_code == 200
+    statuses = {e.get("client_session"): e["status"] for e in await events(app)}
+    assert (statuses["failed"], statuses["fine"]) == (400, 200)
