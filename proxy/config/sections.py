@@ -71,15 +71,7 @@ class UpstreamSettings(Section, frozen=True):
     learn_windows: bool = True
 
     def __post_init__(self) -> None:
-        if not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError("must be an http:// or https:// URL")
-        if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
-            raise ValueError("must be a plain URL: no query, fragment or backslash")
-        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError("must not hold user:password@; set the key with api_key instead")
-        problem = base_url_problem(self.base_url, versioned=True)
-        if problem:
-            raise ValueError(problem)
+        check_base_url(self.base_url, versioned=True)
 
 
 # Paths the proxy appends to a base URL itself (a base URL ending in one is a common mistake).
@@ -94,6 +86,20 @@ _ENDPOINT_PATHS = (
 )
 # OpenAI-compatible APIs that serve /chat/completions at their root, without a version prefix.
 _VERSIONLESS_HOSTS = frozenset({"api.perplexity.ai", "api.deepseek.com"})
+
+
+def check_base_url(url: str, *, versioned: bool) -> None:
+    """An upstream's base URL: a plain http(s) URL with no credentials, and no mistake
+    ``base_url_problem`` knows (raises ValueError saying what to write instead)."""
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError("must be an http:// or https:// URL")
+    if "?" in url or "#" in url or "\\" in url:
+        raise ValueError("must be a plain URL: no query, fragment or backslash")
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise ValueError("must not hold user:password@; set the key with api_key instead")
+    problem = base_url_problem(url, versioned=versioned)
+    if problem:
+        raise ValueError(problem)
 
 
 def base_url_problem(url: str, *, versioned: bool) -> str | None:
@@ -124,16 +130,7 @@ class AnthropicSettings(Section, frozen=True):
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        UpstreamSettings(base_url="https://host.invalid/v1")  # the same URL rules, then its own
-        if not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError("must be an http:// or https:// URL")
-        if "?" in self.base_url or "#" in self.base_url or "\\" in self.base_url:
-            raise ValueError("must be a plain URL: no query, fragment or backslash")
-        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError("must not hold user:password@; set the key with api_key instead")
-        problem = base_url_problem(self.base_url, versioned=False)
-        if problem:
-            raise ValueError(problem)
+        check_base_url(self.base_url, versioned=False)
 
 
 class ModelSettings(Section, frozen=True):

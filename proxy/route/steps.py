@@ -26,6 +26,7 @@ from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
 from proxy.dialects.base import Dialect
 from proxy.read_loop.runner import LoopPlan, LoopRunner
 from proxy.route.compaction import CompactionService, policy_reserve
+from proxy.route.delivery import deliver, deliver_held
 from proxy.route.draft import (
     HEAD_LIMIT,
     UNREADABLE,
@@ -48,11 +49,10 @@ from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
 from proxy.upstream.pool import Upstream
 from proxy.upstream.providers import Provider
-from proxy.upstream.relay import Held, relay, relay_held
+from proxy.upstream.relay import Held
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
 from proxy.wire.json_body import NestedTooDeep
-from proxy.wire.response_writer import ResponseWriter
 
 MODES = ("enforce", "shadow", "canary", "off")
 
@@ -133,14 +133,7 @@ class CompactingRoute:
         # Even compacted to the window it named, the request would not fit (a single message
         # larger than the window): the upstream's own refusal is the answer.
         again.exchange.context_retry = None
-        await relay_held(
-            held,
-            send=send,
-            exchange=again.exchange,
-            route_headers=draft.route_headers,
-            error_event=draft.dialect.error_event,
-            error_body=draft.provider.error_body,
-        )
+        await deliver_held(send, held, draft)
 
     async def _prepared(self, draft: Draft) -> Draft:
         for step in self.steps:
@@ -156,42 +149,8 @@ class CompactingRoute:
         refused = (
             learning.refusal(draft, again=again) if learning is not None and draft.mode != "off" else None
         )
-        # Released before the upstream wait: only what is sent is kept.
-        draft.parsed = draft.compacted = draft.counter = draft.restored = draft.wire = None
-        dialect, exchange = draft.dialect, draft.exchange
-        if exchange.context_retry is not None:
-            window = str(exchange.context_retry["window"]).encode()
-            draft.route_headers.append((b"x-compaction-window-learned", window))
-        headers = dialect.upstream_headers(draft.provider.upstream_headers(draft.headers), draft.view)
-        draft.view = None
-        if draft.loop is not None:
-            writer = ResponseWriter(
-                send,
-                extra_headers=[*draft.route_headers, *exchange.extra_headers],
-                error_event=dialect.error_event,
-                error_body=draft.provider.error_body,
-                mark_done=exchange.mark_responded,
-                capture=exchange.canary_capture,
-            )
-            plan, draft.loop = draft.loop, None
-            await self.loops.serve(
-                send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
-            )
-            return None
-        content, draft.content = draft.content, b""
-        return await relay(
-            upstream=self.upstream,
-            metrics=self.metrics,
-            send=send,
-            method="POST",
-            url=draft.url,
-            headers=headers,
-            content=content,
-            exchange=exchange,
-            route_headers=draft.route_headers,
-            error_event=dialect.error_event,
-            error_body=draft.provider.error_body,
-            refused=refused,
+        return await deliver(
+            send, draft, upstream=self.upstream, metrics=self.metrics, loops=self.loops, refused=refused
         )
 
     async def choose(self, draft: Draft) -> bool:
