@@ -18,6 +18,8 @@ the request, deterministically, the way a model driving a real agent would:
   the proxy answers that call itself and asks again (a *read follow-up round*);
 - it fails a chosen read follow-up round on demand: an HTTP error status, or a connection
   reset in the middle of the stream;
+- with ``prefix_cache=True``, it reports ``usage.prompt_tokens_details.cached_tokens`` as OpenAI's
+  automatic prefix caching does (the longest common token prefix with a recent prompt);
 - it streams exactly like OpenAI (``chat.completion.chunk`` events, tool calls as deltas,
   a finishing chunk, a usage-only chunk when ``stream_options.include_usage``, ``[DONE]``).
 
@@ -33,7 +35,8 @@ Like ``FakeUpstream``, it runs in a thread with its own event loop.
 Modules: ``protocol`` (names, OpenAI's error bodies, the tool-call protocol check),
 ``records`` (conversations and requests as seen, what tests read back), ``script`` (the scripted
 run and the model's decisions), ``wire`` (answers encoded as OpenAI sends them), ``server``
-(``AgentUpstream``: the model on loopback). Import the names from here.
+(``AgentUpstream``: the model on loopback), ``prefix_cache`` (OpenAI's automatic prefix caching,
+the ``cached_tokens`` it reports with ``prefix_cache=True``). Import the names from here.
 """
 
 from tests.agent_upstream.protocol import (

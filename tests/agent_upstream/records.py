@@ -35,6 +35,7 @@ class Seen:
     task_kept: bool  # the first user message is the conversation's task, verbatim
     body: dict[str, Any]
     headers: dict[str, str]
+    cached: int = 0  # prompt tokens reported as read from the prefix cache
 
     def __repr__(self) -> str:
         return (

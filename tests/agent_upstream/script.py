@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from policies.tokens import TokenCounter
+from tests.agent_upstream.prefix_cache import PrefixCache
 from tests.agent_upstream.protocol import (
     DONE_PREFIX,
     HANDLE,
@@ -82,7 +83,9 @@ class ScriptedModel(RequestRecords):
     server's life) as ``failure`` says. ``final_command``: finish with this command (a call
     of the shell tool, or a text action) instead of a plain ``DONE:`` answer.
     ``action_fence``: the fence language of text actions. ``output_lines``: lines each step's
-    command prints.
+    command prints. ``prefix_cache``: report ``usage.prompt_tokens_details.cached_tokens`` as
+    OpenAI's automatic prefix caching does, against the last ``cache_horizon`` prompts served
+    (``prefix_cache.PrefixCache``); off, it reports 0.
     """
 
     def __init__(
@@ -99,6 +102,8 @@ class ScriptedModel(RequestRecords):
         action_fence: str = "bash",
         output_lines: int = 90,
         model: str = "agent-model",
+        prefix_cache: bool = False,
+        cache_horizon: int = 32,
     ) -> None:
         self.window = window
         self.steps = steps
@@ -112,6 +117,7 @@ class ScriptedModel(RequestRecords):
         self.output_lines = output_lines
         self.model = model
         self.counter = TokenCounter()
+        self.prefix_cache = PrefixCache(self.counter, cache_horizon) if prefix_cache else None
         self.requests: list[Seen] = []
         self.conversations: dict[str, Conversation] = {}
         self.read_follow_ups = 0
@@ -239,6 +245,8 @@ class ScriptedModel(RequestRecords):
         if budget > self.window:
             seen.kind = "rejected"
             return seen, None
+        if self.prefix_cache is not None:
+            seen.cached = min(tokens, self.prefix_cache.serve(body))
         conv = self.conversations.setdefault(key, Conversation(key))
         task = self._task(messages)
         if conv.task is None:

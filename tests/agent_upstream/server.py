@@ -117,13 +117,13 @@ class AgentUpstream(ScriptedModel):
             request.transport.abort()
             return response
         if not seen.stream:
-            usage = wire.usage(self.counter, seen.tokens, answer)
+            usage = wire.usage(self.counter, seen.tokens, answer, seen.cached)
             return web.json_response(
                 wire.completion(self.model, completion_id, answer, usage), headers=base_headers
             )
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        stream_usage = wire.usage(self.counter, seen.tokens, answer) if include_usage else None
+        stream_usage = wire.usage(self.counter, seen.tokens, answer, seen.cached) if include_usage else None
         response = web.StreamResponse(
             status=200,
             headers={**base_headers, "content-type": "text/event-stream", "cache-control": "no-cache"},

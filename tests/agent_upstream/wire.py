@@ -15,14 +15,14 @@ from tests.agent_upstream.script import Answer
 FINGERPRINT = "fp_agent_upstream"
 
 
-def usage(counter: TokenCounter, prompt: int, answer: Answer) -> dict[str, Any]:
+def usage(counter: TokenCounter, prompt: int, answer: Answer, cached: int = 0) -> dict[str, Any]:
     text = (answer.content or "") + "".join(c.name + c.arguments for c in answer.calls)
     completion = counter.count_text(text) + 3 * len(answer.calls)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": 0,
             "audio_tokens": 0,
