@@ -4,6 +4,7 @@ for, and how it decides each answer from the request."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,9 +84,10 @@ class ScriptedModel(RequestRecords):
     server's life) as ``failure`` says. ``final_command``: finish with this command (a call
     of the shell tool, or a text action) instead of a plain ``DONE:`` answer.
     ``action_fence``: the fence language of text actions. ``output_lines``: lines each step's
-    command prints. ``prefix_cache``: report ``usage.prompt_tokens_details.cached_tokens`` as
-    OpenAI's automatic prefix caching does, against the last ``cache_horizon`` prompts served
-    (``prefix_cache.PrefixCache``); off, it reports 0.
+    command prints. ``step_command``: the command of step N (a function of N) instead of
+    ``shell_command(N, output_lines)``. ``prefix_cache``: report
+    ``usage.prompt_tokens_details.cached_tokens`` as OpenAI's automatic prefix caching does,
+    against the last ``cache_horizon`` prompts served (``prefix_cache.PrefixCache``); off, 0.
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class ScriptedModel(RequestRecords):
         model: str = "agent-model",
         prefix_cache: bool = False,
         cache_horizon: int = 32,
+        step_command: Callable[[int], str] | None = None,
     ) -> None:
         self.window = window
         self.steps = steps
@@ -117,6 +120,7 @@ class ScriptedModel(RequestRecords):
         self.output_lines = output_lines
         self.model = model
         self.counter = TokenCounter()
+        self.step_command = step_command
         self.prefix_cache = PrefixCache(self.counter, cache_horizon) if prefix_cache else None
         self.requests: list[Seen] = []
         self.conversations: dict[str, Conversation] = {}
@@ -158,7 +162,7 @@ class ScriptedModel(RequestRecords):
         parameters = function.get("parameters") or {}
         properties = parameters.get("properties") or {}
         if "command" in properties:
-            return orjson.dumps({"command": command or shell_command(step, self.output_lines)}).decode()
+            return orjson.dumps({"command": command or self._command(step)}).decode()
         arguments: dict[str, Any] = {}
         for name, schema in properties.items():
             kind = schema.get("type") if isinstance(schema, dict) else None
@@ -169,6 +173,10 @@ class ScriptedModel(RequestRecords):
             else:
                 arguments[name] = f"step-{step}"
         return orjson.dumps(arguments).decode()
+
+    def _command(self, step: int) -> str:
+        """The shell command of ``step``."""
+        return self.step_command(step) if self.step_command else shell_command(step, self.output_lines)
 
     def _text_action(self, thought: str, command: str) -> str:
         return f"THOUGHT: {thought}\n\n```{self.action_fence}\n{command}\n```"
@@ -209,7 +217,7 @@ class ScriptedModel(RequestRecords):
             )
             return "step", Answer(content=None, calls=[call])
         thought = f"Step {step} of {self.steps}: I run the next check and read its output."
-        return "step", Answer(content=self._text_action(thought, shell_command(step, self.output_lines)))
+        return "step", Answer(content=self._text_action(thought, self._command(step)))
 
     def _decide(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Seen, Answer | Failure | None]:
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
