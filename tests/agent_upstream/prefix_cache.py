@@ -8,7 +8,9 @@ in order (the tools as JSON, then each message: role, content, tool calls, tool 
 part encoded on its own with the request model's encoding (o200k_base, packaged, offline), so a
 change in message ``k`` keeps every token before it as the common prefix. The cached tokens are
 the longest common prefix with any of the last ``horizon`` prompts received, at least 1,024 and
-rounded down to a multiple of 128.
+rounded down to a multiple of 128, told in the prompt's own count (``usage.prompt_tokens``:
+the parts wholly in common as the counter counts them, plus the common tokens of the part where
+the prompts part ways).
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ def common_prefix(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
 
 
 class PrefixCache:
-    """The prompts of the last ``horizon`` requests served, and the cached tokens of a new one."""
+    """The prompts of the last ``horizon`` requests served, and the cached tokens of a new one.
+
+    The common prefix is found on the canonical token sequences, then told in the prompt's own
+    count (``TokenCounter.count_request``, what ``usage.prompt_tokens`` reports): each part
+    wholly in common counts as the counter counts it (its schemas, its message), the part
+    where the prompts part ways counts its common tokens (at most its own count)."""
 
     def __init__(self, counter: TokenCounter, horizon: int = 32) -> None:
         self.counter = counter
@@ -73,22 +80,48 @@ class PrefixCache:
         self._recent: deque[np.ndarray[Any, Any]] = deque(maxlen=max(1, horizon))
         self._parts: dict[tuple[str, str], list[int]] = {}  # encoded parts, by encoding and text
 
-    def tokens(self, body: dict[str, Any]) -> np.ndarray[Any, Any]:
-        """The prompt's canonical token sequence (each part encoded once, then remembered)."""
+    def _encoded(self, body: dict[str, Any]) -> tuple[np.ndarray[Any, Any], list[int]]:
+        """The canonical token sequence, and where each part of it ends."""
         name = self.counter.encoding_for(body.get("model"))
         encoding = load_encoding(name)
         out: list[int] = []
+        ends: list[int] = []
         for part in rendered_parts(body):
             encoded = self._parts.get((name, part))
             if encoded is None:
                 encoded = encoding.encode_ordinary(part)
                 self._parts[(name, part)] = encoded
             out += encoded
-        return np.asarray(out, dtype=np.int64)
+            ends.append(len(out))
+        return np.asarray(out, dtype=np.int64), ends
+
+    def tokens(self, body: dict[str, Any]) -> np.ndarray[Any, Any]:
+        """The prompt's canonical token sequence (each part encoded once, then remembered)."""
+        return self._encoded(body)[0]
+
+    def counted(self, body: dict[str, Any]) -> list[int]:
+        """Each part's tokens in the prompt's own count: the tools (when any), each message."""
+        encoding = self.counter.encoding_for(body.get("model"))
+        tools = [self.counter.count_tools(body["tools"], encoding)] if body.get("tools") else []
+        messages = body.get("messages")
+        counts = self.counter.count_messages(messages, encoding) if isinstance(messages, list) else ()
+        return [*tools, *counts]
+
+    def common_counted(self, body: dict[str, Any], common: int) -> int:
+        """``common`` canonical tokens of ``body``'s prompt, told in the prompt's own count."""
+        _, ends = self._encoded(body)
+        total, start = 0, 0
+        for end, counted in zip(ends, self.counted(body), strict=True):
+            if common >= end:
+                total += counted
+            else:
+                return total + min(max(0, common - start), counted)
+            start = end
+        return total
 
     def serve(self, body: dict[str, Any]) -> int:
         """Cached tokens of ``body``'s prompt against the recent prompts; then it is one of them."""
         prompt = self.tokens(body)
         common = max((common_prefix(prompt, earlier) for earlier in self._recent), default=0)
         self._recent.append(prompt)
-        return cacheable(common)
+        return cacheable(self.common_counted(body, common))

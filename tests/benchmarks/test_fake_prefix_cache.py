@@ -53,14 +53,15 @@ def test_a_change_in_a_message_keeps_the_tokens_before_it() -> None:
     assert isinstance(cache, PrefixCache)
     first = body(text("system"), text("task"), text("step one"))
     edited = body(text("system"), text("task"), text("step two"))
-    before_edit = len(cache.tokens(body(text("system"), text("task"))))
+    before_edit = sum(cache.counted(first)[:3])  # tools, system, task: as the prompt counts them
     assert before_edit > 1024
     assert cache.serve(first) == 0  # nothing earlier
     cached = cache.serve(edited)
-    assert cached % 128 == 0 and before_edit - 128 < cached <= before_edit + 40
-    # Appending keeps the whole earlier prompt.
+    assert cached % 128 == 0 and before_edit - 128 < cached <= before_edit + 10
+    assert cached < model.counter.count_request(edited).total
+    # Appending keeps the whole earlier prompt (in the prompt's own count).
     grown = body(text("system"), text("task"), text("step two"), text("step three"))
-    assert cache.serve(grown) == len(cache.tokens(edited)) // 128 * 128
+    assert cache.serve(grown) == sum(cache.counted(edited)) // 128 * 128
 
 
 def test_a_changed_tool_list_misses_the_cache_and_a_short_prefix_counts_nothing() -> None:
@@ -80,6 +81,17 @@ def test_the_horizon_forgets_older_prompts() -> None:
     cache.serve(body(text("gamma")))
     assert cache.serve(body(text("alpha"), text("more"))) == 0
     assert cache.serve(body(text("gamma"), text("more"))) > 0
+
+
+def test_the_common_prefix_is_told_in_the_prompts_own_count() -> None:
+    cache = PrefixCache(ScriptedModel().counter)
+    request = body(text("system"), text("task"))
+    canonical_ends = [len(cache.tokens(body(text("system")))), len(cache.tokens(request))]
+    counted = cache.counted(request)
+    assert cache.common_counted(request, canonical_ends[0]) == sum(counted[:2])
+    assert cache.common_counted(request, canonical_ends[0] + 5) == sum(counted[:2]) + 5
+    assert cache.common_counted(request, 10**9) == sum(counted)
+    assert cache.common_counted(request, 0) == 0
 
 
 def ask(upstream: AgentUpstream, request: dict[str, Any], stream: bool = False) -> dict[str, Any]:
