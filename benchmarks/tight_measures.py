@@ -47,19 +47,23 @@ def _views(requests: Sequence[Seen]) -> list[Seen]:
     return [first[k] for k in sorted(first, key=lambda k: int(k) if k.isdigit() else -1)]
 
 
-def compaction_points(requests: Sequence[Seen]) -> list[int]:
-    """The agent request numbers whose view is not the previous view with messages appended."""
-    points = []
+def compaction_points(requests: Sequence[Seen]) -> tuple[list[int], list[int]]:
+    """The agent request numbers whose view is not the previous view with messages appended,
+    and those among them whose tool list changed."""
+    points, tools_changed = [], []
     previous: tuple[bytes, list[bytes]] | None = None
     for seen in _views(requests):
         tools = _digest(seen.body.get("tools"))
         messages = [_digest(m) for m in seen.body.get("messages") or []]
+        number = int(seen.headers.get("x-bench-request", "0"))
         if previous is not None:
             old_tools, old_messages = previous
             if tools != old_tools or messages[: len(old_messages)] != old_messages:
-                points.append(int(seen.headers.get("x-bench-request", "0")))
+                points.append(number)
+            if tools != old_tools:
+                tools_changed.append(number)
         previous = (tools, messages)
-    return points
+    return points, tools_changed
 
 
 def anthropic_cost(requests: Sequence[Seen], counter: TokenCounter, horizon: int) -> float:
@@ -110,7 +114,7 @@ def measure(
     cached = sum(s.cached for s in accepted)
     conversation = sum(max(0, s.tokens - fixed_and_task) for s in accepted)
     conversation_cached = sum(max(0, s.cached - fixed_and_task) for s in accepted)
-    points = compaction_points(requests)
+    points, tools_changed = compaction_points(requests)
     agent_requests = len(run.requests)
     refused_agent = [r for r in run.requests if r.status != 200]
     return {
@@ -124,7 +128,17 @@ def measure(
         "compaction_points": len(points),
         "compaction_point_requests": points,
         "points_per_agent_request": len(points) / agent_requests if agent_requests else 0.0,
+        "views_with_changed_tools": tools_changed,
         "trigger_headers": sum(1 for r in run.requests if "x-compaction-trigger" in r.headers),
+        "triggers": dict(
+            sorted(
+                Counter(
+                    r.headers.get("x-compaction-trigger")
+                    for r in run.requests
+                    if "x-compaction-trigger" in r.headers
+                ).items()
+            )
+        ),
         "refused_for_window": len([s for s in requests if s.kind == "rejected"]),
         "agent_errors": [{"request": r.number, "status": r.status, "error": r.error} for r in refused_agent],
         "protocol_problems": sum(len(s.problems) for s in requests),
@@ -158,6 +172,7 @@ def measure(
                 "agent_request": s.headers.get("x-bench-request"),
                 "tokens": s.tokens,
                 "cached": s.cached,
+                "offered_read": s.offered_read,
             }
             for s in requests
         ],

@@ -100,7 +100,7 @@ def run_one(scenario: Scenario, policy: str, args: argparse.Namespace, workdir: 
             "models": {MODEL: {"window": scenario.window, "encoding": "o200k_base"}},
             "state_dir": str(workdir / f"state-{session}"),
         }
-        port, pid = processes.start_proxy(0, config, name=f"proxy-{session}")
+        port, pid = processes.start_proxy(0, config, root=args.root, name=f"proxy-{session}")
         agent = Agent(
             url=f"http://127.0.0.1:{port}",
             model=MODEL,
@@ -132,6 +132,7 @@ def run_one(scenario: Scenario, policy: str, args: argparse.Namespace, workdir: 
     fixed = counter.count_request({"model": MODEL, "tools": tools, "messages": opening(system)[:1]}).total
     return {
         "scenario": scenario.name,
+        "root": str(args.root),
         "policy": policy,
         "stream": args.stream,
         "fixed_prompt_tokens": fixed,
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cache-horizon", type=int, default=32, help="recent prompts the prefix cache keeps")
     parser.add_argument("--stream", action="store_true", help="the agent streams its requests")
+    parser.add_argument(
+        "--root", type=Path, default=HERE.parent, help="the checkout whose proxy (and policy code) runs"
+    )
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--md-out", type=Path)
     parser.add_argument("--workdir", type=Path, help="keep the proxies' logs and state here")
