@@ -24,7 +24,8 @@ that names its handle.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -85,18 +86,15 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             )
             if not (large or cleared):
                 continue
-            handle = new_handle(text)
-            name, target = action_of(messages, index, calls)
-            description = describe(name, target, text)
-            view.offloads[handle] = Offload(handle=handle, content=text, description=description)
-            placeholder = {**messages[index], "content": placeholder_text(handle, description)}
-            source = view.origin[index]
-            placeholders[ctx.digests.at(source, view.original[source])] = placeholder
-            replaced[index] = placeholder
+            offload_output(view, ctx, index, calls, placeholders, replaced)
             offloaded += 1
         # The final step is what the model answers now: its calls stay as they are.
         final = conversation.steps[-1].start if conversation.steps else len(messages)
-        edits = self._offload_edits(view, ctx, replaced, placeholders, min(protected_from, final), pinned)
+        edits = 0
+        if self.offload_arguments:
+            indices = range(min(protected_from, final))
+            minimum = self.min_argument_tokens or self.min_tokens
+            edits = offload_edit_calls(view, ctx, replaced, placeholders, indices, pinned, minimum)
         if offloaded or edits:
             view.replace_messages(replaced, self.name, origin=list(view.origin))
             view.remember_replacements(placeholders)
@@ -104,35 +102,56 @@ class OffloadOutputs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             view.decided = True
         return view
 
-    def _offload_edits(
-        self,
-        view: View,
-        ctx: Context,
-        replaced: list[Message],
-        placeholders: dict[str, Message],
-        protected_from: int,
-        pinned: set[int],
-    ) -> int:
-        """Large edit bodies of assistant messages -> placeholders (in ``replaced``); the
-        number of edits offloaded."""
-        if not self.offload_arguments:
-            return 0
-        minimum = self.min_argument_tokens or self.min_tokens
-        count = 0
-        for index, message in enumerate(view.messages[:protected_from]):
-            source = view.origin[index]
-            # A message already replaced (by an earlier decision) is never offloaded again.
-            if role(message) != "assistant" or source < 0 or index in pinned:
-                continue
-            if message is not view.original[source]:
-                continue
-            done = offload_edits(message, minimum, lambda text: ctx.counter.count_text(text, ctx.encoding))
-            if done is None:
-                continue
-            rewritten, artifacts = done
-            for art in artifacts:
-                view.offloads[art.handle] = Offload(art.handle, art.text, art.description())
-            placeholders[ctx.digests.at(source, view.original[source])] = rewritten
-            replaced[index] = rewritten
-            count += len(artifacts)
-        return count
+
+def offload_output(
+    view: View,
+    ctx: Context,
+    index: int,
+    calls: dict[str, dict[str, Any]],
+    placeholders: dict[str, Message],
+    replaced: list[Message],
+) -> None:
+    """The output at view ``index`` saved under its handle and replaced (in ``replaced``) by a
+    placeholder that describes it, made sticky through ``placeholders``."""
+    messages = view.messages
+    text = message_text(messages[index])
+    handle = new_handle(text)
+    name, target = action_of(messages, index, calls)
+    description = describe(name, target, text)
+    view.offloads[handle] = Offload(handle=handle, content=text, description=description)
+    placeholder = {**messages[index], "content": placeholder_text(handle, description)}
+    source = view.origin[index]
+    placeholders[ctx.digests.at(source, view.original[source])] = placeholder
+    replaced[index] = placeholder
+
+
+def offload_edit_calls(
+    view: View,
+    ctx: Context,
+    replaced: list[Message],
+    placeholders: dict[str, Message],
+    indices: Iterable[int],
+    pinned: set[int],
+    minimum: int,
+) -> int:
+    """Large edit bodies (at least ``minimum`` tokens) of the assistant messages at view
+    ``indices`` -> placeholders (in ``replaced``); the number of edits offloaded."""
+    count = 0
+    for index in indices:
+        message = view.messages[index]
+        source = view.origin[index]
+        # A message already replaced (by an earlier decision) is never offloaded again.
+        if role(message) != "assistant" or source < 0 or index in pinned:
+            continue
+        if message is not view.original[source]:
+            continue
+        done = offload_edits(message, minimum, lambda text: ctx.counter.count_text(text, ctx.encoding))
+        if done is None:
+            continue
+        rewritten, artifacts = done
+        for art in artifacts:
+            view.offloads[art.handle] = Offload(art.handle, art.text, art.description())
+        placeholders[ctx.digests.at(source, view.original[source])] = rewritten
+        replaced[index] = rewritten
+        count += len(artifacts)
+    return count
