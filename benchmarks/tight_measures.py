@@ -2,15 +2,19 @@
 (``tests/agent_upstream``), what the agent saw (``tight_agent``) and the proxy's events.
 
 - compaction points: agent requests whose view (the first upstream request that served it,
-  read rounds aside) is not the previous agent request's view with messages appended (its
-  messages or tools differ before the end of the previous view); ``trigger_headers`` counts
-  the answers that carried ``x-compaction-trigger`` (the proxy's own word for a point);
+  read rounds aside) rewrote the previous agent request's view before its final step (its
+  tools, or a message before the previous view's last assistant message, differ);
+  ``tail_changes``: requests that changed only the previous view's final step (an output
+  put behind its handle in place), the rest of the view served from the cache;
+  ``trigger_headers`` counts the answers that carried ``x-compaction-trigger`` (the proxy's
+  own word for a point);
 - cached shares: from ``usage.prompt_tokens_details.cached_tokens`` as the fake reported it
   (OpenAI's automatic prefix caching, ``tests/agent_upstream/prefix_cache.py``); the
   conversation's share leaves out the fixed prompt and the task (``fixed_and_task`` tokens);
 - costs: prompt tokens at input prices (cached input 0.5 for gpt-4o, 0.25 for gpt-4.1), and
   Anthropic's rule (cache reads 0.1, writes 1.25; the client marks its last message as a
-  breakpoint) simulated on block shapes by ``replay.session.cost``. Refused requests are not
+  breakpoint, and the proxy's Messages door marks the last message the policy wrote)
+  simulated on block shapes by ``replay.session.cost``. Refused requests are not
   billed. Output tokens are not in the costs (``output_tokens`` gives them).
 """
 
@@ -47,23 +51,50 @@ def _views(requests: Sequence[Seen]) -> list[Seen]:
     return [first[k] for k in sorted(first, key=lambda k: int(k) if k.isdigit() else -1)]
 
 
-def compaction_points(requests: Sequence[Seen]) -> tuple[list[int], list[int]]:
-    """The agent request numbers whose view is not the previous view with messages appended,
-    and those among them whose tool list changed."""
-    points, tools_changed = [], []
-    previous: tuple[bytes, list[bytes]] | None = None
+def _final_step_start(messages: Sequence[Any]) -> int:
+    """Where a view's final step starts: its last assistant message (the call whose results
+    end the view), else its end."""
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], dict) and messages[index].get("role") == "assistant":
+            return index
+    return len(messages)
+
+
+def compaction_points(requests: Sequence[Seen]) -> tuple[list[int], list[int], list[int]]:
+    """The agent request numbers whose view rewrote the previous view before its final step
+    (a compaction point: the provider's cache misses from there), those among them whose
+    tool list changed, and the requests that changed only the previous view's final step (a
+    tail change: everything before it is still served from the cache)."""
+    points, tools_changed, tail_changes = [], [], []
+    previous: tuple[bytes, list[bytes], int] | None = None
     for seen in _views(requests):
         tools = _digest(seen.body.get("tools"))
-        messages = [_digest(m) for m in seen.body.get("messages") or []]
+        body_messages = seen.body.get("messages") or []
+        messages = [_digest(m) for m in body_messages]
         number = int(seen.headers.get("x-bench-request", "0"))
         if previous is not None:
-            old_tools, old_messages = previous
-            if tools != old_tools or messages[: len(old_messages)] != old_messages:
+            old_tools, old_messages, final = previous
+            if tools != old_tools or messages[:final] != old_messages[:final]:
                 points.append(number)
+            elif messages[: len(old_messages)] != old_messages:
+                tail_changes.append(number)
             if tools != old_tools:
                 tools_changed.append(number)
-        previous = (tools, messages)
-    return points, tools_changed
+        previous = (tools, messages, _final_step_start(body_messages))
+    return points, tools_changed, tail_changes
+
+
+_PROXY_WRITTEN = ("[Summary of the earlier conversation", "[Output saved outside the context", "[Output cut to fit")
+
+
+def _proxy_breakpoint(messages: Sequence[Any]) -> int | None:
+    """The message the Anthropic door marks with its own breakpoint: the last one the policy
+    wrote (the summary, a placeholder, an excerpt; ``proxy/dialects/anthropic.py``)."""
+    for index in range(len(messages) - 1, -1, -1):
+        content = messages[index].get("content") if isinstance(messages[index], dict) else None
+        if isinstance(content, str) and content.startswith(_PROXY_WRITTEN):
+            return index
+    return None
 
 
 def anthropic_cost(requests: Sequence[Seen], counter: TokenCounter, horizon: int) -> float:
@@ -81,7 +112,9 @@ def anthropic_cost(requests: Sequence[Seen], counter: TokenCounter, horizon: int
             head,
             *zip((_digest(m) for m in messages), counter.count_messages(messages, encoding), strict=True),
         ]
-        log.add("step_read" if seen.read_follow_up else "step", blocks, (), REPLY_PRIMING)
+        marked = _proxy_breakpoint(messages)
+        breakpoints = () if marked is None else (marked + 1,)  # block 0 is the tools
+        log.add("step_read" if seen.read_follow_up else "step", blocks, breakpoints, REPLY_PRIMING)
     total = 0.0
     for billed in simulate(log.shapes, "anthropic", horizon, client_breakpoint=True):
         assert billed is not None
@@ -114,7 +147,7 @@ def measure(
     cached = sum(s.cached for s in accepted)
     conversation = sum(max(0, s.tokens - fixed_and_task) for s in accepted)
     conversation_cached = sum(max(0, s.cached - fixed_and_task) for s in accepted)
-    points, tools_changed = compaction_points(requests)
+    points, tools_changed, tail_changes = compaction_points(requests)
     agent_requests = len(run.requests)
     refused_agent = [r for r in run.requests if r.status != 200]
     return {
@@ -129,6 +162,7 @@ def measure(
         "compaction_point_requests": points,
         "points_per_agent_request": len(points) / agent_requests if agent_requests else 0.0,
         "views_with_changed_tools": tools_changed,
+        "tail_changes": len(tail_changes),
         "trigger_headers": sum(1 for r in run.requests if "x-compaction-trigger" in r.headers),
         "triggers": dict(
             sorted(
