@@ -41,6 +41,9 @@ def builtin_policy_table() -> dict[str, dict[str, Any]]:
         "offload": {"min_tokens": 1000, "keep_recent": 5, "clear_min_chars": 500, "keep_recent_steps": 1}
     }
     retry = {"retry_collapse": {"min_attempts": 2}}
+    # Between points of a tight session, outputs behind their handles as soon as they are not
+    # the newest (the steady state at small windows; nothing changes in a roomy one).
+    tail = {"tail_offload": {"min_chars": 500, "keep_recent_steps": 1, "min_argument_tokens": 250}}
     ablation: dict[str, tuple[str, list[dict[str, Any]]]] = {
         "improved_tail": ("Retained tail (0.2 of the window) with message cuts.", [trigger, message_cut]),
         "improved_step": ("+ step-aware cuts.", [trigger, step_cut]),
@@ -48,8 +51,9 @@ def builtin_policy_table() -> dict[str, dict[str, Any]]:
         "improved_retry": ("+ settled-retry collapse.", [trigger, retry, offload, step_cut]),
         "improved": (
             "Every improvement: retry collapse, offloading, step-aware cut with a retained tail, "
-            "summary plus state ledger, transcripts of what each summary replaces, verify guidance.",
-            [trigger, retry, offload, transcript_cut, {"verify_guidance": {}}],
+            "summary plus state ledger, transcripts of what each summary replaces, verify guidance, "
+            "and outputs behind their handles at the tail when the window is tight.",
+            [tail, trigger, retry, offload, transcript_cut, {"verify_guidance": {}}],
         ),
     }
     for name, (description, stages) in ablation.items():

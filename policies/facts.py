@@ -105,6 +105,8 @@ class StageFacts(msgspec.Struct, kw_only=True, omit_defaults=True):
     summarize: SummarizeFact | None = None
     auto_compact: AutoCompactFact | None = None
     offload: OffloadFact | None = None
+    # Between points of a tight session: outputs no longer the newest, behind their handles.
+    tail_offload: OffloadFact | None = None
     retry_collapse: RetryCollapseFact | None = None
     token_safeguard: SafeguardFact | None = None
     micro_compact: MicroCompactFact | None = None

@@ -59,6 +59,9 @@ class Checkpoint:
     # is too large): the next one waits until the read room is reached, instead of firing
     # again at the next high-water crossing (thrash).
     short_of_target: bool = False
+    # At the last point, what stays at every point took the target by itself, the final step
+    # left out: between points, outputs leave the view once they are not the newest.
+    tight: bool = False
     # The session was told, once, that its fixed part leaves no read room (log line, metric).
     no_read_room_reported: bool = False
 

@@ -92,7 +92,7 @@ class Summarize(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         target = int(self.target * ctx.window)
         if whole_request(view, ctx) <= target and not ctx.preparing:
             view.facts.summarize = SummarizeFact(skipped="target reached without a summary")
-            view.checkpoint = replace(view.checkpoint, short_of_target=False)
+            view.checkpoint = replace(view.checkpoint, short_of_target=False, tight=False)
             return view
         original = view.original_conversation()
         # The summary starts after the task and the instructions that follow it (Claude Code's
@@ -135,12 +135,16 @@ def landing_fact(view: View, ctx: Context, target: int, fact: SummarizeFact) -> 
     missed (recorded in the checkpoint, so the next request does not compact again at once)."""
     request = whole_request(view, ctx)
     missed = request > target
-    view.checkpoint = replace(view.checkpoint, short_of_target=missed)
+    counts = ctx.counter.count_messages(view.messages, ctx.encoding)
+    final = view.conversation().steps[-1].start if view.messages else 0
+    # Tight: what stays at every point (system prompt, tools, task, summary, the reserves)
+    # takes the target by itself, the final step left out: a point buys room for only a step
+    # or two, so between points outputs go behind their handles (``tail_offload``).
+    tight = request - sum(counts[final:]) > target
+    view.checkpoint = replace(view.checkpoint, short_of_target=missed, tight=tight)
     fact = msgspec.structs.replace(fact, request_tokens=request, target_tokens=target)
     if not missed:
         return fact
-    counts = ctx.counter.count_messages(view.messages, ctx.encoding)
-    final = view.conversation().steps[-1].start if view.messages else 0
     kept = sum(counts[:final]) + ctx.tools_tokens
     why = (
         f"the request keeps {request} tokens (system prompt, tools, task, summary and kept user "

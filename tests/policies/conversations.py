@@ -153,3 +153,11 @@ def with_instructions(
         role = draw(st.sampled_from(["system", "developer"]))
         messages.insert(place, {"role": role, "content": draw(content(80))})
     return messages
+
+
+def tail_start(view: list[Any]) -> int:
+    """Where a view's tail starts: its newest step that produced output, or its newest assistant
+    turn (a text action whose answer is read as an observation once a second one comes): what
+    ``tail_offload`` may put behind a handle at the next request, in a tight session."""
+    producing = [s for s in parse(view).steps if s.kind in ("exchange", "observation", "assistant")]
+    return producing[-1].start if producing else len(view)

@@ -21,6 +21,7 @@ _VALUES = {
     "requests": 7,
     "recent_compactions": (4,),
     "short_of_target": True,
+    "tight": True,
     "no_read_room_reported": True,
 }
 

@@ -58,7 +58,13 @@ def test_extends_overrides_a_few_knobs_and_removes_a_stage(tmp_path: Path) -> No
         "      summarize: {target: 0.4}\n      offload: {min_tokens: 2000}\n      verify_guidance: null\n",
     )
     lean = settings.policies["lean"]  # type: ignore[attr-defined]
-    assert [next(iter(s)) for s in lean.stages] == ["trigger", "retry_collapse", "offload", "summarize"]
+    assert [next(iter(s)) for s in lean.stages] == [
+        "tail_offload",
+        "trigger",
+        "retry_collapse",
+        "offload",
+        "summarize",
+    ]
     assert stage(settings, "lean", "summarize") == {
         "target": 0.4,
         "retained_tail": 0.2,
@@ -169,10 +175,10 @@ def test_check_config_lists_the_effective_policies_and_their_origin(
     listing = out[out.index("# effective policies") :].splitlines()
     assert listing[0] == "# effective policies (default: lean; per request: X-Compaction-Policy):"
     rows = {line.split()[1]: " ".join(line.split()[2:]) for line in listing[1:]}
-    assert rows["lean"] == "extends improved trigger, retry_collapse, offload, summarize"
+    assert rows["lean"] == "extends improved tail_offload, trigger, retry_collapse, offload, summarize"
     assert rows["sre"] == "replaces the built-in n_latest"
     assert rows["mine"] == "yours no stages"
-    assert rows["improved"].startswith("built-in trigger")
+    assert rows["improved"].startswith("built-in tail_offload, trigger")
 
 
 def test_the_starter_config_is_valid_and_short() -> None:
