@@ -58,10 +58,11 @@ def stale_after_summary(messages: list[Any], outcome: PolicyOutcome) -> list[tup
         return []
     conversation = parse(messages)
     start, end = checkpoint.summary_at, checkpoint.summary_at + checkpoint.covered
+    turns = {s.start for s in conversation.steps if s.kind == "user"}
     held = [
         s.start
         for s in conversation.steps
-        if s.kind == "user"
+        if s.start in turns
         and start <= s.start < end
         and s.start > conversation.first_user
         and s.start not in checkpoint.pinned
@@ -71,9 +72,7 @@ def stale_after_summary(messages: list[Any], outcome: PolicyOutcome) -> list[tup
         return []
     shown = [o for m, o in zip(view[at + 1 :], origin[at + 1 :], strict=True) if o >= 0]
     return [
-        (o, max(held))
-        for o in shown
-        if o < max(held) and (role(messages[o]) == "user" or role(messages[o]) in FIXED_ROLES)
+        (o, max(held)) for o in shown if o < max(held) and (o in turns or role(messages[o]) in FIXED_ROLES)
     ]
 
 
