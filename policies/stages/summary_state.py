@@ -12,9 +12,10 @@ checkpoint records the covered range of the client's messages and its digest, wh
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from policies.conversation import Message, message_text
+from policies.conversation import FIXED_ROLES, Conversation, Message, message_text, role
 from policies.facts import SummaryFact
 from policies.handles import mention, new_handle
 from policies.ledger import LEDGER_HEADING, Ledger
@@ -234,6 +235,28 @@ def _checkpoint_after(
     )
 
 
+def kept_after_summary(
+    conversation: Conversation, start: int, end: int, pinned: Collection[int]
+) -> list[int]:
+    """Client indices a summary over ``conversation.messages[start:end]`` keeps verbatim right after it: the
+    pinned ones in the range (whole steps; the caller pins the current last user message), and,
+    once an instruction is among them (a user turn, a system or developer message from inside
+    the history), every later user turn of the range.
+
+    The view keeps the conversation's order: what stays after the summary reads as newer than
+    what the summary holds, so a kept instruction never leaves a later user turn (a correction
+    of it) in the ledger only; the user's words are never lost either way (the ledger lists
+    every one in order, a kept one named in its place). An earlier last user message kept by a
+    previous summary and no longer pinned goes into this one's ledger."""
+    keep = set(pinned) & set(range(start, end))
+    if not keep:
+        return []
+    turns = {s.start for s in conversation.steps if s.kind == "user" and start <= s.start < end}
+    messages = conversation.messages
+    first = min((i for i in keep if i in turns or role(messages[i]) in FIXED_ROLES), default=end)
+    return sorted(keep | {i for i in turns if i > first})
+
+
 async def compact_range(
     view: View,
     ctx: Context,
@@ -253,11 +276,7 @@ async def compact_range(
     summary even though they fall in the covered range."""
     previous = view.checkpoint
     span = _span(view, anchor, cut)
-    # Kept verbatim after the summary: the current last user message and pinned steps only. An
-    # earlier last user message kept by a previous summary goes into this one's ledger (the
-    # user's words, verbatim, in order): left after the summary, it would read as newer than a
-    # correction the summary holds.
-    keep = sorted(set(pinned or ()) & set(range(span.start, span.end)))
+    keep = kept_after_summary(view.original_conversation(), span.start, span.end, pinned or set())
     ledger = _covered_ledger(view, ctx, span, keep, goal=goal, task_kept=task_kept)
     replaced = _replaced(view, span, cut, keep)
     if ctx.transcripts:

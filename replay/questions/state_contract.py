@@ -74,11 +74,17 @@ def state_question(
 
 
 def stale_presented(question: Question, view_text: str) -> bool:
-    """The view (its text: ``replay.session.survival.view_text``) holds a superseded value but not
-    the value in force: a compacted history that presents the stale statement as current."""
+    """The view (its text: ``replay.session.survival.view_text``, messages in order, one
+    statement a line) presents a superseded value as the one in force: a line stating it
+    without the value in force comes after every line holding that value (the correction
+    absent, or only earlier: a wrong statement kept verbatim after a summary whose ledger holds
+    the correction reads as newer than it)."""
     if not question.stale:
         return False
-    text = view_text
-    return any(item in text for item in question.stale) and not all(
-        item in text for item in question.evidence
-    )
+    last_stale = last_fact = -1
+    for number, line in enumerate(view_text.splitlines()):
+        if any(item in line for item in question.evidence):
+            last_fact = number
+        elif any(item in line for item in question.stale):
+            last_stale = number
+    return last_stale > last_fact

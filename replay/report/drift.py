@@ -30,7 +30,8 @@ DRIFT_NOTE = (
     "stated by the user) survived / asked, by the number of compaction cycles whose covered range "
     "held the message that states them. Arms that only cut (n_latest) record no covered range: "
     "their losses all show at 0 cycles. 'stale shown': a corrected-away value in the final view "
-    "with no correction beside it."
+    "with no correction after it (absent, or only earlier: a wrong statement kept after a "
+    "summary whose ledger holds the correction)."
 )
 
 

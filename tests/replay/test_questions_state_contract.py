@@ -262,3 +262,16 @@ def test_lost_snippet_shows_where_the_fact_should_have_been() -> None:
     snippet = lost_snippet(built, case, view_text([case.messages[0], summary]))
     assert snippet.startswith("[the summary that replaced it]") and "listed files" in snippet
     assert lost_snippet(built, case, "short view").startswith("[the view's start]\nshort view")
+
+
+def test_a_wrong_statement_shown_after_its_correction_is_stale() -> None:
+    """Both values in the view, but the wrong statement after the correction (kept verbatim
+    after a summary whose ledger holds the correction): it reads as the one in force."""
+    wrong = STALE_TEMPLATES[1].render(VALUES["correction"])
+    case = run_with_turns(wrong, statement("correction"))
+    built = question(case, "correction")
+    correction = str(case.messages[built.source_messages[0]]["content"])
+    in_order = f"[summary]\n[1] {wrong}\n[2] {correction}\n{wrong}\n{correction}"
+    assert not stale_presented(built, in_order)
+    reversed_order = f"[summary]\n[1] {wrong}\n[2] {correction}\n{wrong}"
+    assert stale_presented(built, reversed_order)
