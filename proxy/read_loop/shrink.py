@@ -75,12 +75,13 @@ def _note(arguments: Any, cut: list[str], planned_end: int = 0) -> str:
 
 def shrink(text: str, arguments: Any, tokens: int, count: Callable[[str], int]) -> str | None:
     """``text`` (a read result of ``arguments``) cut to its header and the most first lines that
-    fit ``tokens`` with the note; None when it has no numbered lines to cut. Its own notes (about
+    fit ``tokens`` with the note (always its first line); None when it has fewer than two
+    numbered lines. Its own notes (about
     the read as it was) go with the cut."""
     lines = text.split("\n")
     numbered = [i for i, line in enumerate(lines) if _number(line) is not None]
-    if not numbered:
-        return None
+    if len(numbered) < 2:
+        return None  # cutting its only line would withdraw it: that is the loop's call
     # Everything after the last numbered line is the old result's notes.
     body = lines[: numbered[-1] + 1]
     page = _PAGE.match(lines[0])
@@ -93,7 +94,8 @@ def shrink(text: str, arguments: Any, tokens: int, count: Callable[[str], int]) 
             end -= 1  # a search's section header goes with its lines
         return "\n".join([*body[:end], _note(arguments, body[end:], planned_end)])
 
-    low, high = 0, len(numbered) - 1  # at least one numbered line is always cut
+    # At least one numbered line is kept (else it is a withdrawal) and at least one is cut.
+    low, high = 1, len(numbered) - 1
     while low < high:
         middle = (low + high + 1) // 2
         if count(kept(middle)) <= tokens:
