@@ -74,19 +74,23 @@ async def search_saved_outputs(
             continue
         if stored is None or stored.content is None:
             continue
-        hits, matching, lines = await asyncio.wait_for(
-            asyncio.to_thread(
-                scan_output,
-                handle,
-                age,
-                stored.content,
-                regex,
-                compiled,
-                keep=MAX_MATCHES,
-                line_chars=_LINE_CHARS,
-            ),
-            timeout=max(0.01, deadline - time.monotonic()),
-        )
+        try:
+            hits, matching, lines = await asyncio.wait_for(
+                asyncio.to_thread(
+                    scan_output,
+                    handle,
+                    age,
+                    stored.content,
+                    regex,
+                    compiled,
+                    keep=MAX_MATCHES,
+                    line_chars=_LINE_CHARS,
+                ),
+                timeout=max(0.01, deadline - time.monotonic()),
+            )
+        except TimeoutError:  # what was found so far is answered; the rest is named
+            found.unsearched += newest[age:]
+            break
         found.add(handle, hits, matching, lines)
     return await asyncio.to_thread(
         render_search,
