@@ -16,6 +16,11 @@ from proxy.read_tool.tool import ReadResult
 # Below this many tokens of room, a read returns nothing but the advice to go on without it.
 MIN_READ_TOKENS = 48
 NO_ROOM = "Error: no room is left in the context window for saved output; go on without it."
+# A read whose share of the answer's room holds no line: followed by its exact arguments.
+NO_ROOM_NOW = (
+    "Error: no room is left in the context window for this read in this answer (it is one of "
+    "many); read it again in a later answer, alone or with fewer reads:"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from proxy.read_loop.commands import (
     Received,
     Send,
 )
+from proxy.read_loop.shrink import shrink, water_level
 from proxy.read_tool.tool import BadArguments, ReadResult, parse_arguments
 from proxy.telemetry.exchange import LoopResult
 from proxy.wire.errors import ProxyError
@@ -284,12 +285,19 @@ class ReadLoop:
         self._rounds.append((answer, list(results)))
 
     def _make_room(self, answer: Answer, calls: list[Any]) -> None:
-        """Earlier rounds' read results, the largest first, are withdrawn (each replaced by a
-        note naming its handle, so the model can read it again) until this answer's reads have
-        a useful room: a read that does not fit makes room instead of being refused. The call
-        and result items stay, so every wire format's pairing rules still hold."""
+        """When this answer's reads have less than a useful room, earlier rounds' read results
+        make it: first they shrink to a common level (``shrink.py``: the largest first, each
+        keeping its first lines and giving the exact arguments of the rest); only if that is not
+        enough, and a later read round can still read them back (not in the last one), whole
+        results are withdrawn, the largest first, each replaced by a note naming its handle. The
+        call and result items stay, so every wire format's pairing rules still hold."""
         needed = min(_USEFUL_ROOM, _USEFUL_ROOM_PER_CALL * len(calls))
-        if not self._rounds or self.room_total(answer, calls) >= needed:
+        room = self.room_total(answer, calls) if self._rounds else needed
+        if room >= needed:
+            return
+        if self._shrink(needed - room):
+            self.body, self._previous = self._rebuilt(), None
+        if self.result.rounds + 1 >= self.limits.max_rounds or self.room_total(answer, calls) >= needed:
             return
         sized = sorted(
             (
@@ -299,18 +307,40 @@ class ReadLoop:
                 if not text.startswith(_WITHDRAWN)
             )
         )
-        changed = False
         for _, round_index, item in sized:
             results = self._rounds[round_index][1]
             call = results[item][0]
             results[item] = (call, withdrawn_note(self.dialect.call_arguments(call)))
             self.result.withdrawn += 1
-            changed = True
-            self.body = self._rebuilt()
+            self.body, self._previous = self._rebuilt(), None
             if self.room_total(answer, calls) >= needed:
                 break
-        if changed:
-            self._previous = None
+
+    def _shrink(self, deficit: int) -> bool:
+        """Earlier results cut to the level that frees ``deficit`` tokens (and a margin for
+        counting by pieces); whether any was."""
+        sizes = [
+            (self.counter.count_text(text, self.encoding), r, i)
+            for r, (_, results) in enumerate(self._rounds)
+            for i, (_, text) in enumerate(results)
+            if not text.startswith(_WITHDRAWN)
+        ]
+        level = water_level([size for size, _, _ in sizes], deficit + deficit // 10 + _RESULT_OVERHEAD)
+        changed = False
+        for size, round_index, item in sizes:
+            call, text = self._rounds[round_index][1][item]
+            if size <= level:
+                continue
+            shorter = shrink(
+                text,
+                self.dialect.call_arguments(call),
+                level,
+                lambda t: self.counter.count_text(t, self.encoding),
+            )
+            if shorter is not None and len(shorter) < len(text):
+                self._rounds[round_index][1][item] = (call, shorter)
+                changed = True
+        return changed
 
     def _rebuilt(self) -> dict[str, Any]:
         body = self._base

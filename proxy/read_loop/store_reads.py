@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from policies.tokens import TokenCounter
-from proxy.read_loop.answers import MIN_READ_TOKENS, NO_ROOM, ReadCall
+from proxy.read_loop.answers import MIN_READ_TOKENS, NO_ROOM_NOW, ReadCall
 from proxy.read_loop.commands import LoopLimits
 from proxy.read_loop.loop import ReadLoop
 from proxy.read_tool.search import search_saved_outputs
@@ -62,7 +64,10 @@ async def read_saved_output(
             "limited",
         )
     if room < MIN_READ_TOKENS:
-        return ReadResult(NO_ROOM, "no_room")
+        # Its share of the answer's room is too small for any line: it says exactly what to ask
+        # for later, so a read is never lost for being one of many.
+        again = orjson.dumps(arguments if isinstance(arguments, dict) else orjson.loads(arguments)).decode()
+        return ReadResult(f"{NO_ROOM_NOW} {again}", "no_room")
     if args.handle == SEARCH_ALL:
         try:
             return await _search(store, tenant, args, limits, room, counter, encoding, bytes_read, handles)

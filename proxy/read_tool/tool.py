@@ -60,7 +60,7 @@ def tool_schema(max_lines: int) -> dict[str, Any]:
                     "start_line": {
                         "type": "integer",
                         "minimum": 1,
-                        "description": "First line to return (1-based).",
+                        "description": "First line to return or search from (1-based).",
                     },
                     "num_lines": {
                         "type": "integer",
@@ -114,19 +114,23 @@ def parse_arguments(arguments: Any, max_lines: int) -> ReadArguments:
     pattern = args.get("pattern")
     if handle == SEARCH_ALL and not (isinstance(pattern, str) and pattern):
         raise BadArguments('Error: handle "*" searches every saved output: give a `pattern` too.')
-    if isinstance(pattern, str) and pattern:
-        if len(pattern) > MAX_PATTERN_CHARS:
-            raise BadArguments(f"Error: the pattern is longer than {MAX_PATTERN_CHARS} characters.")
-        return ReadArguments(handle, pattern=pattern)
+    if isinstance(pattern, str) and len(pattern) > MAX_PATTERN_CHARS:
+        raise BadArguments(f"Error: the pattern is longer than {MAX_PATTERN_CHARS} characters.")
     try:
         start = max(1, int(args.get("start_line") or 1))
         count = min(max_lines, max(1, int(args.get("num_lines") or DEFAULT_LINES)))
     except (TypeError, ValueError, OverflowError):
-        raise BadArguments("Error: start_line and num_lines must be integers.") from None
+        if not (isinstance(pattern, str) and pattern):
+            raise BadArguments("Error: start_line and num_lines must be integers.") from None
+        start = 1  # a search ignores what it does not use, as before start_line applied to it
+    if isinstance(pattern, str) and pattern:
+        # With a pattern, start_line is where the search starts (to go on past the matches shown);
+        # a search of every output ("*") has no lines of its own.
+        return ReadArguments(handle, start_line=1 if handle == SEARCH_ALL else start, pattern=pattern)
     return ReadArguments(handle, start_line=start, num_lines=count)
 
 
-def _compile(pattern: str) -> Any:
+def compile_pattern(pattern: str) -> Any:
     options = re2.Options()
     options.log_errors = False
     options.max_mem = 8 << 20  # RE2 falls back to a slower, bounded engine past this
@@ -152,14 +156,14 @@ def _line_starts(text: str) -> list[int]:
     return starts
 
 
-def _matching_lines(text: str, starts: list[int], pattern: str) -> tuple[list[int], int]:
-    """Indices of the first ``MAX_MATCHES`` lines with a match, and the number of matching lines
-    (counted up to a bound: RE2 scans the whole text once, in linear time)."""
-    regex = _compile(pattern)
+def _matching_lines(text: str, starts: list[int], pattern: str, first: int = 0) -> tuple[list[int], int]:
+    """Indices of the first ``MAX_MATCHES`` lines with a match from line index ``first`` on, and
+    the number of matching lines (counted up to a bound: RE2 scans the text once, in linear time)."""
+    regex = compile_pattern(pattern)
     hits: list[int] = []
     total = 0
     last = -1
-    for match in regex.finditer(text):
+    for match in regex.finditer(text, starts[first] if first < len(starts) else len(text)):
         line = bisect_right(starts, match.start()) - 1
         if line != last:
             total += 1
@@ -199,7 +203,7 @@ def render(
     starts = _line_starts(content)
     total_lines = len(starts) - (1 if content.endswith("\n") else 0)
     if args.pattern is not None:
-        hits, matching = _matching_lines(content, starts, args.pattern)
+        hits, matching = _matching_lines(content, starts, args.pattern, args.start_line - 1)
         shown = sorted(
             {
                 i
@@ -208,6 +212,8 @@ def render(
             }
         )
         header = f"handle={handle}: {matching} matching line(s) of {total_lines}"
+        if args.start_line > 1:
+            header += f" from line {args.start_line} on"
         if matching > len(hits):
             header += f" (first {len(hits)} shown)"
     else:
@@ -236,18 +242,34 @@ def render(
     outcome = "ok"
     if returned < len(shown):
         outcome = "truncated"
+        rest = rest_arguments(handle, args, shown[returned], shown[-1])
         if returned:
             notes.append(
                 f"Output limited to what fits the context window: {returned} of {len(shown)} line(s) "
-                f"returned; continue with start_line={shown[returned] + 1}, or narrow it with pattern."
+                f"returned; continue with start_line={shown[returned] + 1}: {rest}, or narrow it with "
+                "pattern."
             )
         else:
             notes.append(
-                "No room is left in the context window for this output: go on with what you have, "
-                "or ask for fewer lines (num_lines) or a narrower pattern."
+                "No room is left in the context window for this output now: go on with what you have, "
+                f"or read it in a later answer: {rest} (fewer lines or a narrower pattern fit sooner)."
             )
+    elif args.pattern is not None and matching > len(hits):
+        outcome = "truncated"
+        rest = rest_arguments(handle, args, hits[-1] + 1, total_lines - 1)
+        notes.append(f"{matching - len(hits)} more matching line(s) past these: continue with {rest}.")
     text = "\n".join([header, *body, *(f"[{note}]" for note in notes)])
     return ReadResult(text, outcome, returned)
+
+
+def rest_arguments(handle: str, args: ReadArguments, first: int, last: int) -> str:
+    """The exact arguments that read lines ``first``..``last`` (0-based) of a read again: a page
+    of them, or the same pattern searched from ``first`` on."""
+    if args.pattern is not None:
+        rest: dict[str, Any] = {"handle": handle, "pattern": args.pattern, "start_line": first + 1}
+    else:
+        rest = {"handle": handle, "start_line": first + 1, "num_lines": last - first + 1}
+    return orjson.dumps(rest).decode()
 
 
 # Tokens kept for the notes that follow the lines.

@@ -79,6 +79,7 @@ class ScriptedModel(RequestRecords):
     final answer. ``read_every``: make a ``read_tool_output`` call (when offered and a handle
     is named) once at least this many steps passed since the last read; 0 never reads.
     ``read_arguments``: the read arguments, in turn (the handle is added).
+    ``read_all_handles``: a read answer asks for every named handle at once, one call each.
     ``read_preamble``: text streamed before a read call in the same answer.
     ``fail_read_follow_up``: fail the N-th read follow-up round (1-based, counted over the
     server's life) as ``failure`` says. ``final_command``: finish with this command (a call
@@ -98,6 +99,7 @@ class ScriptedModel(RequestRecords):
         read_every: int = 3,
         read_arguments: list[dict[str, Any]] | None = None,
         read_preamble: str | None = None,
+        read_all_handles: bool = False,
         fail_read_follow_up: int | None = None,
         failure: Failure | None = None,
         final_command: str | None = None,
@@ -113,6 +115,7 @@ class ScriptedModel(RequestRecords):
         self.read_every = read_every
         self.read_arguments = read_arguments or [{"num_lines": 40}, {"pattern": "ERROR"}]
         self.read_preamble = read_preamble
+        self.read_all_handles = read_all_handles
         self.fail_read_follow_up = fail_read_follow_up
         self.failure = failure or Failure()
         self.final_command = final_command
@@ -278,14 +281,20 @@ class ScriptedModel(RequestRecords):
             and body.get("tool_choice") != "none"
         )
         if wants_read:
-            arguments = {"handle": handles[-1], **self.read_arguments[conv.reads % len(self.read_arguments)]}
+            extra = self.read_arguments[conv.reads % len(self.read_arguments)]
             conv.reads += 1
             conv.last_read_step = conv.step
             seen.kind, seen.step = "read", conv.step
-            call = Call(
-                self._call_id(conv.key, f"read-{conv.reads}"), READ_TOOL, orjson.dumps(arguments).decode()
-            )
-            return seen, Answer(content=self.read_preamble, calls=[call])
+            wanted = handles if self.read_all_handles else handles[-1:]
+            calls = [
+                Call(
+                    self._call_id(conv.key, f"read-{conv.reads}" + (f"-{n}" if n else "")),
+                    READ_TOOL,
+                    orjson.dumps({"handle": handle, **extra}).decode(),
+                )
+                for n, handle in enumerate(wanted)
+            ]
+            return seen, Answer(content=self.read_preamble, calls=calls)
         kind, answer = self._next_step(conv, tools, body)
         seen.kind, seen.step = kind, conv.step
         return seen, answer

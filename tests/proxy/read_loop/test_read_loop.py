@@ -87,7 +87,7 @@ async def test_a_search_of_every_saved_output_finds_the_line_and_stays_in_its_te
     assert "12 passed in 0.42s" in text and f"handle={TEST.handle}" in text
     # Another tenant's output under a handle the session names is never read.
     assert "Ran 2 tests" not in text
-    assert text.startswith("Searched 2 saved output(s) for the pattern: matches in 1.")
+    assert text.startswith("Searched 2 saved output(s) for the pattern: 1 matching line(s) in 1.")
 
 
 async def test_a_search_needs_a_pattern(store: Any) -> None:
@@ -116,7 +116,9 @@ async def test_reads_of_one_answer_share_the_room_by_need(store: Any) -> None:
     assert COUNTER.count_text(paged) > COUNTER.count_text(searched)
 
 
-async def test_a_read_that_does_not_fit_withdraws_earlier_results(store: Any) -> None:
+async def test_a_read_that_does_not_fit_shrinks_earlier_results_which_say_how_to_read_the_rest(
+    store: Any,
+) -> None:
     loop = loop_for(8_000, 4_500)
     first = call("r1", handle=LOG.handle, num_lines=1000)
     await answer(loop, store, [first])
@@ -124,10 +126,23 @@ async def test_a_read_that_does_not_fit_withdraws_earlier_results(store: Any) ->
     second = call("r2", handle=TEST.handle, pattern="passed")
     sent = await answer(loop, store, [second])
     earlier, latest = results_of(loop)
-    assert earlier.startswith("[This read result was withdrawn") and f"handle={LOG.handle}" in earlier
+    # Shrunk, not withdrawn: its header and first lines stay, and the rest is one read away.
+    assert earlier.startswith(f"handle={LOG.handle}: lines 1-1000 of 3000") and "log line 0: ok" in earlier
+    note = earlier.splitlines()[-1]
+    last = int(earlier.splitlines()[-2].split("|")[0])
+    rest = {"handle": LOG.handle, "start_line": last + 1, "num_lines": 1000 - last}
+    assert note == (
+        f"[Shortened to make room for later reads: lines {last + 1}-1000 are not shown. "
+        f"Read them again: {orjson.dumps(rest).decode()}]"
+    )
     assert "12 passed in 0.42s" in latest
-    assert loop.result.withdrawn == 1 and "no_room" not in loop.result.reads
+    assert loop.result.withdrawn == 0 and "no_room" not in loop.result.reads
     assert isinstance(sent, Send) and loop.dialect.count(sent.body, COUNTER) <= loop.budget
+    # Those arguments read exactly the lines cut.
+    again = await read_saved_output(
+        store, TENANT, rest, limits=LoopLimits(), room=8000, counter=COUNTER, encoding="o200k_base"
+    )
+    assert f"{last + 1:>4}| log line {last}: ok" in again.text
 
 
 def test_a_search_whose_context_does_not_fit_shows_the_matching_lines_alone() -> None:
