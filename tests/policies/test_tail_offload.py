@@ -10,8 +10,9 @@ import json
 from typing import Any
 
 from policies.conversation import parse
+from policies.digests import Digests
 from policies.handles import is_placeholder
-from policies.pipeline import Checkpoint, PolicyOutcome, build_policies
+from policies.pipeline import Checkpoint, PolicyOutcome, View, apply_checkpoint, build_policies
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from tests.policies.conversations import tail_start
@@ -157,3 +158,26 @@ def test_one_huge_newest_output_does_not_make_a_session_tight() -> None:
         )
     )
     assert "tail_offload" not in later.mechanisms
+
+
+def test_the_checkpoint_rebuilds_a_view_with_a_tail_change() -> None:
+    """An event between points carries the checkpoint only: with the client's history, it
+    rebuilds the exact view, the tail's new placeholder included."""
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": fixed_prompt(2_800)},
+        {"role": "user", "content": "Fix the failing test in module_3 and report what you changed."},
+    ]
+    checkpoint: Checkpoint | None = None
+    rebuilt = 0
+    for index in range(20):
+        history = [*history, *step(index, 1_100)]
+        body = {"model": "gpt-4o", "messages": history}
+        outcome = asyncio.run(POLICIES["improved"].apply(body, COUNTER, window=8_192, checkpoint=checkpoint))
+        checkpoint = outcome.checkpoint
+        if "tail_offload" in outcome.mechanisms and not outcome.trigger:
+            origin = list(range(len(history)))
+            view = View(messages=list(history), original=history, origin=origin, checkpoint=checkpoint)
+            apply_checkpoint(view, Digests())
+            assert view.messages == outcome.messages
+            rebuilt += 1
+    assert rebuilt > 5
