@@ -114,10 +114,14 @@ def dump_json(body: Any, marked: bool = False) -> bytes:
 
 def json_text(value: Any) -> str:
     """Compact JSON of a value from a body, as a ``str`` to nest in another (a tool call's
-    arguments): orjson's, else ``lenient_text``."""
+    arguments): orjson's, else, for an integer beyond 64 bits, ``lenient_text``. Anything else
+    orjson refuses (nesting past its 255 levels: no API's shape) raises its ``TypeError``, and
+    the adapter's body goes as sent."""
     try:
         return orjson.dumps(value).decode()
-    except TypeError:
+    except TypeError as exc:
+        if not str(exc).startswith("Integer"):
+            raise
         return lenient_text(value)
 
 

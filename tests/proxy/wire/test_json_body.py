@@ -5,6 +5,7 @@ what no JSON writer gives back as sent is forwarded as sent (``SentAsIs``)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import orjson
 import pytest
@@ -74,3 +75,11 @@ def test_a_body_nested_too_deep_goes_as_sent() -> None:
     with pytest.raises(NestedTooDeep) as raised:
         parse_json(b"[" * 100_000 + b"]" * 100_000)
     assert raised.value.reason == "JSON nested too deep to read"
+
+
+def test_nesting_orjson_does_not_write_is_refused_in_a_nested_text() -> None:
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(TypeError):
+        json_text(deep)
