@@ -115,7 +115,7 @@ class AnthropicDialect(BaseDialect):
         the client echoes their answer (None: not kept, as in a worker process)."""
         self.hidden = hidden
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         messages = body.get("messages")
@@ -143,7 +143,7 @@ class AnthropicDialect(BaseDialect):
             body=body,
             neutral=neutral,
             stream=body.get("stream") is True,
-            skipped="lenient JSON" if lenient else read.problem,
+            skipped=read.problem,
             notes=notes,
             private=read,
         )

@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from policies.conversation import WIRE_ONLY, WIRE_TOKENS, Message
+from proxy.wire.json_body import json_text
 
 SYSTEM = -1  # the wire index of the neutral system message's source
 IMAGE_TOKENS = 1600
@@ -105,9 +104,9 @@ def _result_text(block: dict[str, Any]) -> tuple[str, int]:
                 parts.append(text if text is not None else f"[{kind}]")
                 extra += media_tokens(inner)
             else:
-                parts.append(orjson.dumps(inner).decode())
+                parts.append(json_text(inner))
         return "\n".join(parts), extra
-    return orjson.dumps(content).decode(), 0
+    return json_text(content), 0
 
 
 def _user_part(block: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +119,7 @@ def _user_part(block: dict[str, Any]) -> dict[str, Any]:
             return {"type": "text", "text": text}
     if kind in _IMAGE_BLOCKS:
         return {"type": "text", "text": f"[{kind}]"}  # its tokens: media_tokens
-    return {"type": "text", "text": orjson.dumps(block).decode()}
+    return {"type": "text", "text": json_text(block)}
 
 
 def neutral_call(block: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +129,7 @@ def neutral_call(block: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": block["name"] if isinstance(block.get("name"), str) else "",
-            "arguments": orjson.dumps(arguments if arguments is not None else {}).decode(),
+            "arguments": json_text(arguments if arguments is not None else {}),
         },
     }
 
@@ -195,7 +194,7 @@ def _read_assistant(read: Read, index: int, content: list[dict[str, Any]], names
             read.thinking_blocks += 1
         else:  # server tool blocks and any block this proxy does not know: counted as JSON
             read.server_blocks += 1
-            wire_only.append(orjson.dumps(block).decode())
+            wire_only.append(json_text(block))
     names.update((c["id"], c["function"]["name"]) for c in calls)
     neutral: Message = {"role": "assistant", "content": "\n".join(texts) if texts else None}
     if calls:

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from policies.conversation import Message
 from proxy.dialects.anthropic_messages import (
     OPENING,
@@ -28,6 +26,7 @@ from proxy.dialects.anthropic_messages import (
     neutral_call,
     text_of,
 )
+from proxy.wire.json_body import json_value
 
 
 @dataclass(slots=True)
@@ -81,8 +80,8 @@ def _changed_blocks(message: Message, originals: list[Any]) -> list[Any]:
             try:
                 if call["function"]["arguments"] in unchanged:
                     continue
-                arguments = orjson.loads(call["function"]["arguments"])
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+                arguments = json_value(call["function"]["arguments"])
+            except (ValueError, KeyError, TypeError):
                 continue
             if isinstance(arguments, dict):
                 inputs[call.get("id")] = arguments
@@ -107,7 +106,7 @@ def _new_blocks(message: Message) -> list[Any]:
     blocks: list[Any] = [{"type": "text", "text": text}] if text else []
     for call in message.get("tool_calls") or []:
         block = {"type": "tool_use", "id": call.get("id"), "name": call["function"]["name"]}
-        blocks.append({**block, "input": orjson.loads(call["function"]["arguments"] or "{}")})
+        blocks.append({**block, "input": json_value(call["function"]["arguments"] or "{}")})
     return blocks
 
 

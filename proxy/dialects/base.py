@@ -119,7 +119,7 @@ class Dialect(Protocol):
         """The body's list of messages or items the conversation grows."""
         ...
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         """Read a request; a structural error is a ``ProxyError`` (400) naming the field.
         ``known``: how many leading items of the history are the conversation's last
         request's, read (and checked) then."""
@@ -289,14 +289,14 @@ class BaseDialect:
     cache_write_ratio: ClassVar[float] = 1.0
     history_field: ClassVar[str] = "messages"
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         raise NotImplementedError
 
     def answer_tokens(self, body: dict[str, Any]) -> int:
         return int_field(body, self.max_tokens_key)
 
     def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
-        return counter.count_request(self.parse(body, False).neutral).total
+        return counter.count_request(self.parse(body).neutral).total
 
     def add_usage(self, total: dict[str, int], usage: Any) -> None:
         if isinstance(usage, dict):

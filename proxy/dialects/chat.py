@@ -37,13 +37,13 @@ def _is_read_tool(tool: Any) -> bool:
 class ChatDialect(BaseDialect):
     name = "chat"
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ProxyError(400, "'messages' is a required property and must be an array.", param="messages")
-        skipped = "lenient JSON" if lenient else shape_problem(messages, start=known)
+        skipped = shape_problem(messages, start=known)
         return Parsed(body=body, neutral=body, stream=body.get("stream") is True, skipped=skipped)
 
     def render(self, parsed: Parsed, view: Sequence[Message], origin: Sequence[int]) -> dict[str, Any]:

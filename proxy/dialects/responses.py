@@ -48,7 +48,7 @@ class ResponsesDialect(BaseDialect):
     max_tokens_key = "max_output_tokens"
     history_field = "input"
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         raw = body.get("input")
@@ -61,7 +61,7 @@ class ResponsesDialect(BaseDialect):
             "item_references": count_items(raw, "item_reference"),
             "kept_as_sent": sum(1 for m in messages if m.get("role") == OPAQUE_ROLE),
         }
-        skipped = "lenient JSON" if lenient else None
+        skipped = None
         for held in ("previous_response_id", "conversation"):
             if body.get(held):
                 skipped = f"{held}: the history is held upstream"

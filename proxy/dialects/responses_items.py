@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from policies.conversation import OPAQUE_ROLE, Message, message_text
+from proxy.wire.json_body import json_text, json_value
 
 CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output"})
@@ -68,7 +67,7 @@ def _parts(content: Any) -> Any:
     if isinstance(content, str) or content is None:
         return content
     if not isinstance(content, list):
-        return orjson.dumps(content).decode()
+        return json_text(content)
     parts: list[Any] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -77,7 +76,7 @@ def _parts(content: Any) -> Any:
         elif kind in _IMAGE_PARTS:
             parts.append({"type": "image_url", "image_url": {"url": part.get("image_url") or ""}})
         else:
-            parts.append({"type": "text", "text": orjson.dumps(part).decode()})
+            parts.append({"type": "text", "text": json_text(part)})
     return parts
 
 
@@ -86,11 +85,11 @@ def chat_call(item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
     if kind == "function_call":
         name, arguments = item.get("name"), item.get("arguments")
-        arguments = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+        arguments = arguments if isinstance(arguments, str) else json_text(arguments)
     elif kind == "custom_tool_call":
-        name, arguments = item.get("name"), orjson.dumps({"input": item.get("input")}).decode()
+        name, arguments = item.get("name"), json_text({"input": item.get("input")})
     else:  # local_shell_call
-        name, arguments = "local_shell", orjson.dumps(item.get("action") or {}).decode()
+        name, arguments = "local_shell", json_text(item.get("action") or {})
     return {
         "id": str(item.get("call_id") or item.get("id") or ""),
         "type": "function",
@@ -102,7 +101,7 @@ def _output_text(item: dict[str, Any]) -> str:
     output = item.get("output")
     if isinstance(output, str):
         return output
-    return text_of(output) or orjson.dumps(output).decode()
+    return text_of(output) or json_text(output)
 
 
 def _is_turn_item(item: Any) -> bool:
@@ -175,7 +174,7 @@ def read_input(body: dict[str, Any]) -> tuple[list[Message], Sources]:
             )
         else:
             # Not understood here: kept as sent, counted on its JSON.
-            messages.append({"role": OPAQUE_ROLE, "content": orjson.dumps(item).decode()})
+            messages.append({"role": OPAQUE_ROLE, "content": json_text(item)})
         sources.append((index,))
         index += 1
     return messages, Sources(tuple(sources), input_string=False)
@@ -209,7 +208,7 @@ def changed_items(message: Message, originals: list[dict[str, Any]]) -> list[dic
             if kind == "function_call" and call is not None:
                 item = {**item, "arguments": call["function"]["arguments"]}
             elif kind == "custom_tool_call" and call is not None:
-                arguments = orjson.loads(call["function"]["arguments"])
+                arguments = json_value(call["function"]["arguments"])
                 item = {**item, "input": arguments.get("input", item.get("input"))}
             elif kind == "message" and text is not None and text_of(item.get("content")) != text:
                 item = {**item, "content": [{"type": "output_text", "text": text}]}

@@ -51,6 +51,7 @@ class Compacted:
     skipped: str | None = None
     stream: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    marked: bool = False  # a large body's lone surrogates stand as marks in its view
 
 
 def policy_reserve(policy: Policy) -> int:
@@ -254,6 +255,7 @@ class CompactionService:
             skipped=skipped,
             stream=inspected.stream,
             notes=notes,
+            marked=inspected.marked,
         )
 
         async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:

@@ -16,7 +16,7 @@ from proxy.route.compaction import Compacted
 from proxy.route.known_bodies import KnownBody
 from proxy.telemetry.exchange import Exchange
 from proxy.upstream.providers import Provider
-from proxy.wire.json_body import NestedTooDeep
+from proxy.wire.json_body import SentAsIs
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -53,6 +53,8 @@ class Draft:
     # The request's counter: each message is counted once however often it is asked for.
     counter: TokenCounter | None = None
     wire: KnownBody | None = None  # the client's body as read (what is known of its items)
+    # The body's lone surrogates stand as marks: every body written upstream is unmarked.
+    marked: bool = False
 
     def as_sent(self, why: str) -> bool:
         """The request goes exactly as the client sent it; the header says why."""
@@ -89,6 +91,6 @@ UNREADABLE = (TypeError, ValueError, KeyError, AttributeError, IndexError, Recur
 
 
 def why_unreadable(dialect: str, exc: BaseException) -> str:
-    if isinstance(exc, NestedTooDeep):
-        return "JSON nested too deep to read"
+    if isinstance(exc, SentAsIs):
+        return exc.reason
     return f"unreadable {dialect} body ({type(exc).__name__})"

@@ -18,7 +18,7 @@ def record_compaction(exchange: Exchange, compacted: Compacted, tenant: str, rou
     outcome = compacted.outcome
     exchange.stream = compacted.stream
     if compacted.skipped:
-        # Lenient JSON, a malformed history, a history the proxy cannot see: sent as it came.
+        # A malformed history, NaN, a history the proxy cannot see: sent as it came.
         exchange.skipped = compacted.skipped
         route_headers.append((b"x-compaction-skipped", compacted.skipped.encode("ascii", "replace")))
     if outcome.trigger:

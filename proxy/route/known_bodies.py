@@ -47,7 +47,8 @@ _BLANK_BYTES = _BLANKS.encode()
 @dataclass(slots=True)
 class ParsedBody:
     data: Any
-    lenient: bool  # only Python's lenient parser could read it
+    lenient: bool  # only Python's parser could read it
+    marked: bool = False  # its lone surrogates stand as marks (``wire/surrogates.py``)
     # Leading items of the history list taken from the conversation's last body, which its
     # reader found sound then (``checked``).
     known: int = 0
@@ -169,9 +170,9 @@ class KnownBodies:
             except (_Unexpected, ValueError, RecursionError):
                 parsed = None
         if parsed is None:
-            data, lenient = parse_json(body)
+            data, lenient, marked = parse_json(body)
             record = None if lenient else _cold_record(body, data, field)
-            parsed = ParsedBody(data, lenient, 0, record)
+            parsed = ParsedBody(data, lenient, marked, 0, record)
         if self.verify and not parsed.lenient and parsed.data != orjson.loads(body):
             raise AssertionError("a body read from its known prefix differs from its whole parse")
         self._remember(key, record)
@@ -199,7 +200,7 @@ class KnownBodies:
             body, known.field, ends, items, known.head, list_end, tail, reused=reused, earlier_user=earlier
         )
         record.sent_head = known.sent_head
-        return ParsedBody(data, False, min(reused, known.checked), record), record
+        return ParsedBody(data, False, False, min(reused, known.checked), record), record
 
     def _remember(self, key: bytes, record: KnownBody | None) -> None:
         dropped = self._known.pop(key, None)

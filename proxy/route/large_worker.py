@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,8 @@ class Inspected:
     error: tuple[int, str, str | None] | None = None  # status, message, param
     top_fields: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
     messages: int = 0
-    skipped: str | None = None  # lenient JSON or a malformed history: sent as it came
+    skipped: str | None = None  # a malformed history: sent as it came
+    marked: bool = False  # the body's lone surrogates stand as marks (``wire/surrogates.py``)
     root: str = ""
     digests: list[str] = field(default_factory=list)
     stream: bool = False
@@ -70,12 +72,16 @@ class Computed:
 
     messages: bytes | None  # the view's neutral messages (for the event and the handle check)
     origin: tuple[int, ...] | None
+    lenient: bool = False  # the body was read by Python's parser
 
     def outcome(self) -> tuple[PolicyOutcome, dict[str, Any] | None]:
         """The policy outcome the parent goes on with, and the view body parsed (if any)."""
-        parsed = orjson.loads(self.view) if self.view is not None else None
+        # Written by ``dump_json``; from a body only Python read, Python reads it back (orjson
+        # would read an integer beyond 64 bits as the nearest float).
+        read = json.loads if self.lenient else orjson.loads
+        parsed = read(self.view) if self.view is not None else None
         outcome = PolicyOutcome(
-            messages=orjson.loads(self.messages) if self.messages is not None else None,
+            messages=read(self.messages) if self.messages is not None else None,
             origin=self.origin,
             tokens_before=self.tokens_before,
             tokens_after=self.tokens_after,
@@ -100,6 +106,9 @@ class WorkerState:
         self.policies: dict[str, Policy] = build_policies(policy_specs(settings))
         self.dialects = make_dialects()
         self.dialect = "chat"  # of the body parsed last
+        # Whether its lone surrogates stand as marks: its view, sent back marked, is written
+        # upstream by the parent (``Inspected.marked``).
+        self.lenient = self.marked = False
         self.digests = Digests(counter=self.counter)
         self.loop = asyncio.new_event_loop()
         self.summarizer: Any = None
@@ -110,7 +119,7 @@ class WorkerState:
                 settings.summarizer, base_url=settings.upstream.base_url, api_key=settings.upstream.api_key
             )
         self._parsed: tuple[bytes, Parsed] | None = None
-        self._read: tuple[bytes, Any, bool] | None = None
+        self._read: tuple[bytes, Any, bool, bool] | None = None
         self.trim = malloc_trim()
 
     def forget(self) -> None:
@@ -120,8 +129,8 @@ class WorkerState:
         """Parse the body's JSON (kept for ``parse``) and say what the dialect's ``restore``
         would look up for it, which the parent, holding that state, finds."""
         self._parsed = None
-        data, lenient = parse_json(body)
-        self._read = (body_key(body), data, lenient)
+        data, lenient, marked = parse_json(body)
+        self._read = (body_key(body), data, lenient, marked)
         return self.dialects[dialect].restore_wanted(data)
 
     def parse(self, body: bytes, dialect: str, found: Any = None) -> Parsed:
@@ -130,14 +139,14 @@ class WorkerState:
         self._parsed = None
         key = body_key(body)
         read, self._read = self._read, None
-        data, lenient = (read[1], read[2]) if read is not None and read[0] == key else parse_json(body)
+        _, data, lenient, marked = read if read is not None and read[0] == key else (key, *parse_json(body))
         adapter = self.dialects[dialect]
         data, restored = adapter.restore_splice(data, found) if found else (data, 0)
-        parsed = adapter.parse(data, lenient)
+        parsed = adapter.parse(data)
         if restored:
             parsed.notes["restored_read_rounds"] = restored
         self._parsed = (key, parsed)
-        self.dialect = dialect
+        self.dialect, self.lenient, self.marked = dialect, lenient, marked
         return parsed
 
     def parsed(self, key: bytes) -> Parsed:
@@ -200,6 +209,7 @@ def inspect_in_worker(
         digests=digests,
         stream=parsed.stream,
         notes=parsed.notes,
+        marked=_worker.marked,
     )
 
 
@@ -249,6 +259,7 @@ def apply_in_worker(
         view=view,
         messages=dump_json(outcome.messages) if outcome.messages is not None else None,
         origin=outcome.origin,
+        lenient=_worker.lenient,
     )
     del parsed, outcome
     if _worker.trim is not None:

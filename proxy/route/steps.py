@@ -52,7 +52,7 @@ from proxy.upstream.providers import Provider
 from proxy.upstream.relay import Held
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
-from proxy.wire.json_body import NestedTooDeep
+from proxy.wire.json_body import SentAsIs
 
 MODES = ("enforce", "shadow", "canary", "off")
 
@@ -200,11 +200,12 @@ class CompactingRoute:
             if large.wants_parsed(body.data):
                 return True  # a worker process reads it again, and compacts it
             data, restored = await door.restore(draft.tenant, body.data)
-            draft.parsed = door.parse(data, body.lenient, 0 if restored else body.known)
+            draft.parsed = door.parse(data, 0 if restored else body.known)
+            draft.marked = body.marked
             if draft.parsed.skipped is None and not restored:
                 body.checked()
                 draft.wire = body.record
-        except (NestedTooDeep, *UNREADABLE) as exc:
+        except (SentAsIs, *UNREADABLE) as exc:
             return draft.as_sent(why_unreadable(draft.dialect.name, exc))
         if restored:
             draft.parsed.notes["restored_read_rounds"] = restored
@@ -278,7 +279,7 @@ class CompactingRoute:
                     client_origin=origin,
                     restore=restore_lookup(draft),
                 )
-            except (NestedTooDeep, *UNREADABLE) as exc:
+            except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
         else:
             compacted = await self.service.compact(
@@ -292,6 +293,7 @@ class CompactingRoute:
             )
             compacted.stream, compacted.notes, compacted.top_fields = parsed.stream, parsed.notes, parsed.body
         draft.compacted = compacted
+        draft.marked = draft.marked or compacted.marked
         exchange = draft.exchange
         record_compaction(exchange, compacted, draft.tenant, draft.route_headers)
         if self.windows.factors.default_for(exchange.model) is not None:
@@ -327,7 +329,7 @@ class CompactingRoute:
             draft.view = None  # the client's bytes go
             return False
         outcome = compacted.outcome
-        encode = view_encoder(draft.wire, verify=self.service.bodies.verify)
+        encode = view_encoder(draft.wire, verify=self.service.bodies.verify, marked=draft.marked)
         if (
             outcome.messages is not None
             and outcome.checkpoint.handles  # cheap: no handle issued, none to find in the view

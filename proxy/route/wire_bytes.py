@@ -69,12 +69,15 @@ def _skip_blanks(body: bytes, at: int, step: int) -> int:
     return at
 
 
-def encode_view(body: dict[str, Any], record: KnownBody | None, *, verify: bool = False) -> bytes:
+def encode_view(
+    body: dict[str, Any], record: KnownBody | None, *, verify: bool = False, marked: bool = False
+) -> bytes:
     """``body`` as JSON bytes, its history's trailing client items copied from ``record``'s body
-    (the request this view was made from) when the history ends with them."""
+    (the request this view was made from) when the history ends with them. ``marked``: a view
+    of a body whose lone surrogates stand as marks (never one with a record: read by Python)."""
     view_items = body.get(record.field) if record is not None else None
     if record is None or not isinstance(view_items, list):
-        return dump_json(body)
+        return dump_json(body, marked)
     tail = client_tail(view_items, record)
     if tail is None:
         return dump_json(body)
@@ -105,6 +108,9 @@ def _head_json(items: list[Any], record: KnownBody) -> bytes:
     return encoded
 
 
-def view_encoder(record: KnownBody | None, *, verify: bool = False) -> Callable[[dict[str, Any]], bytes]:
-    """``encode_view`` for the views of the request ``record`` was read from."""
-    return partial(encode_view, record=record, verify=verify)
+def view_encoder(
+    record: KnownBody | None, *, verify: bool = False, marked: bool = False
+) -> Callable[[dict[str, Any]], bytes]:
+    """``encode_view`` for the views of the request ``record`` was read from (and the bodies of
+    its read rounds)."""
+    return partial(encode_view, record=record, verify=verify, marked=marked)

@@ -51,7 +51,7 @@ class Exchange:
     mechanisms: tuple[str, ...] = ()
     trigger: str | None = None
     checkpoint_dropped: bool = False
-    # Why the policy was not applied (a malformed history, lenient JSON, history held upstream).
+    # Why the policy was not applied (a malformed history, NaN, a history held upstream).
     skipped: str | None = None
     # A request that forked a new session from another one (parent, messages shared, inherited).
     session_fork: dict[str, Any] | None = None

@@ -37,7 +37,7 @@ def request(dialect: str, model: str, messages: Sequence[Message], tools: Sequen
 
 def read(dialect: str, body: dict[str, Any]) -> Parsed:
     """A received request as the proxy reads it."""
-    return adapter(dialect).parse(body, False)
+    return adapter(dialect).parse(body)
 
 
 def neutral_messages(dialect: str, body: dict[str, Any]) -> list[Message]:

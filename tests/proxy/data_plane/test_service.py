@@ -55,7 +55,7 @@ def history(steps: int = 6, then: Sequence[dict[str, Any]] = ()) -> dict[str, An
     """The neutral request of ``steps`` logged shell calls, then the ``then`` turns."""
     sent = body(steps)
     sent["turns"] += list(then)
-    return TOY.parse(sent, False).neutral
+    return TOY.parse(sent).neutral
 
 
 async def compact(

@@ -86,7 +86,7 @@ class ToyDialect(BaseDialect):
     max_tokens_key = "limit"
     history_field = "turns"
 
-    def parse(self, body: Any, lenient: bool, known: int = 0) -> Parsed:
+    def parse(self, body: Any, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
             raise ProxyError(400, "The request body must be a JSON object.")
         turns = body.get("turns")
@@ -117,7 +117,7 @@ class ToyDialect(BaseDialect):
             body=body,
             neutral=neutral,
             stream=body.get("stream") is True,
-            skipped="lenient JSON" if lenient else None,
+            skipped=None,
             # How many leading turns the conversation's last request had (read then, not now).
             notes={"turns": len(turns), **({"known_turns": known} if known else {})},
             private=(offset, messages),

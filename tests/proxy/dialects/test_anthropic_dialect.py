@@ -45,7 +45,7 @@ def through(
     body: dict[str, Any], policy: str, window: int, checkpoint: Any = None
 ) -> tuple[dict[str, Any], Any]:
     """The wire body the proxy sends for ``body`` under ``policy``, and the outcome."""
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     outcome = asyncio.run(
         POLICIES[policy].apply(parsed.neutral, COUNTER, window=window, checkpoint=checkpoint)
     )
@@ -57,7 +57,7 @@ def through(
 @pytest.mark.parametrize("name", CLAUDE_CODE)
 def test_claude_code_bodies_go_back_byte_for_byte(name: str) -> None:
     body = fixture(name)
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     assert parsed.skipped is None
     messages = parsed.neutral["messages"]
     rendered = DIALECT.render(parsed, messages, range(len(messages)))
@@ -68,7 +68,7 @@ def test_claude_code_bodies_go_back_byte_for_byte(name: str) -> None:
 
 def test_claude_code_history_reads_into_the_neutral_conversation() -> None:
     body = fixture("claude-code-turn3.json")
-    messages = DIALECT.parse(body, False).neutral["messages"]
+    messages = DIALECT.parse(body).neutral["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assistant = messages[2]
     assert assistant["tool_calls"][0]["function"]["name"] == "Bash"
@@ -82,7 +82,7 @@ def test_claude_code_history_reads_into_the_neutral_conversation() -> None:
 
 def test_a_changed_result_keeps_its_ids_cache_control_and_error_flag() -> None:
     body = fixture("claude-code-turn3.json")
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     view = list(parsed.neutral["messages"])
     view[5] = {**view[5], "content": "[output saved: handle=out_0123456789abcdef]"}
     rendered = DIALECT.render(parsed, view, range(len(view)))
@@ -100,7 +100,7 @@ def test_a_changed_result_keeps_its_ids_cache_control_and_error_flag() -> None:
 
 def test_a_changed_assistant_keeps_thinking_and_tool_use_ids() -> None:
     body = fixture("claude-code-turn3.json")
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     view = list(parsed.neutral["messages"])
     view[2] = {**view[2], "content": "Listing."}
     rendered = DIALECT.render(parsed, view, range(len(view)))
@@ -113,7 +113,7 @@ def test_a_changed_assistant_keeps_thinking_and_tool_use_ids() -> None:
 def summarized(body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``body`` rendered with its middle replaced by a summary (system, task, summary, the last
     two steps)."""
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     messages = parsed.neutral["messages"]
     summary = {"role": "user", "content": "Summary of the work so far: listed files."}
     view = [messages[0], messages[1], summary, *messages[-4:]]
@@ -162,7 +162,7 @@ def test_the_proxys_breakpoint_takes_the_ttl_of_the_ones_after_it() -> None:
 
 def test_a_view_opening_with_the_assistant_gets_a_user_opening() -> None:
     body = fixture("claude-code-turn3.json")
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     messages = parsed.neutral["messages"]
     rendered = DIALECT.render(parsed, [messages[0], *messages[4:]], [0, 4, 5])
     assert rendered["messages"][0] == {"role": "user", "content": [{"type": "text", "text": OPENING}]}
@@ -171,7 +171,7 @@ def test_a_view_opening_with_the_assistant_gets_a_user_opening() -> None:
 
 def test_a_new_system_note_joins_the_system_blocks() -> None:
     body = fixture("claude-code-turn3.json")
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     messages = parsed.neutral["messages"]
     note = {"role": "system", "content": "Read saved outputs before quoting them."}
     rendered = DIALECT.render(parsed, [messages[0], note, *messages[1:]], [0, -1, *range(1, len(messages))])
@@ -181,9 +181,9 @@ def test_a_new_system_note_joins_the_system_blocks() -> None:
 
 
 def test_malformed_histories_go_as_sent() -> None:
-    assert DIALECT.parse({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, False).skipped
-    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": [1]}]}, False).skipped
-    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": 7}]}, False).skipped
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "tool", "content": "x"}]}).skipped
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": [1]}]}).skipped
+    assert DIALECT.parse({"model": "m", "messages": [{"role": "user", "content": 7}]}).skipped
 
 
 def requests_of(messages: list[Any]) -> list[list[Any]]:
@@ -263,7 +263,7 @@ def test_images_and_documents_are_counted_as_claude_counts_them() -> None:
         "content": [{"type": "tool_use", "id": "toolu_1", "name": "Screenshot", "input": {}}],
     }
     body = {"model": "claude-sonnet-4-6", "messages": [user, call, {"role": "user", "content": [shot]}]}
-    parsed = DIALECT.parse(body, False)
+    parsed = DIALECT.parse(body)
     first, _, result = parsed.neutral["messages"]
     # The text document is read as its text; the image and the PDF (300 KB: about 11.7k tokens)
     # are estimates, which keep the request out of the factor's calibration.

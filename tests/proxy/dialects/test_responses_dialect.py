@@ -44,14 +44,14 @@ def codex(name: str) -> dict[str, Any]:
 )
 def test_real_codex_bodies_round_trip_byte_for_byte(name: str) -> None:
     body = codex(name)
-    parsed = DIALECT.parse(body, lenient=False)
+    parsed = DIALECT.parse(body)
     messages = parsed.neutral["messages"]
     assert orjson.dumps(DIALECT.render(parsed, messages, range(len(messages)))) == orjson.dumps(body)
     assert parse(messages).problems == ()
 
 
 def test_a_turn_is_its_reasoning_message_and_calls() -> None:
-    parsed = DIALECT.parse(codex("codex-turn4"), lenient=False)
+    parsed = DIALECT.parse(codex("codex-turn4"))
     roles = [m["role"] for m in parsed.neutral["messages"]]
     assert roles == ["developer", "developer", "user", "user"] + ["assistant", "tool"] * 3
     turn = parsed.neutral["messages"][4]
@@ -109,7 +109,7 @@ def agent_run(steps: int, *, instructions: bool = True) -> dict[str, Any]:
 
 
 def compact(body: dict[str, Any], window: int, policy: str = "improved") -> tuple[dict[str, Any], Any]:
-    parsed = DIALECT.parse(body, lenient=False)
+    parsed = DIALECT.parse(body)
     outcome = asyncio.run(POLICIES[policy].apply(parsed.neutral, COUNTER, window=window))
     assert outcome.messages is not None and outcome.origin is not None
     return DIALECT.render(parsed, outcome.messages, outcome.origin), outcome
@@ -160,14 +160,14 @@ def test_compaction_keeps_the_protocol_reasoning_and_unknown_items() -> None:
 
 def test_history_held_upstream_is_not_compacted() -> None:
     body = {**agent_run(20), "previous_response_id": "resp_123"}
-    assert DIALECT.parse(body, lenient=False).skipped == "previous_response_id: the history is held upstream"
+    assert DIALECT.parse(body).skipped == "previous_response_id: the history is held upstream"
 
 
 def test_a_plain_string_input() -> None:
-    parsed = DIALECT.parse({"model": "gpt-5", "input": "hello"}, lenient=False)
+    parsed = DIALECT.parse({"model": "gpt-5", "input": "hello"})
     assert parsed.neutral["messages"] == [{"role": "user", "content": "hello"}]
     with pytest.raises(ProxyError):
-        DIALECT.parse({"model": "gpt-5", "input": 5}, lenient=False)
+        DIALECT.parse({"model": "gpt-5", "input": 5})
 
 
 def test_a_read_round_goes_back_with_its_reasoning() -> None:

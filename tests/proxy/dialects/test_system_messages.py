@@ -68,7 +68,7 @@ def through(
     dialect: Any, body: dict[str, Any], policy: str, window: int, checkpoint: Checkpoint | None = None
 ) -> tuple[dict[str, Any], Any]:
     """The wire body the proxy sends for ``body``, and the outcome."""
-    parsed = dialect.parse(body, False)
+    parsed = dialect.parse(body)
     assert parsed.skipped is None, parsed.skipped
     outcome = asyncio.run(
         POLICIES[policy].apply(parsed.neutral, COUNTER, window=window, checkpoint=checkpoint)
@@ -95,7 +95,7 @@ def system_texts(body: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("turn", ["turn1", "turn2"])
 def test_the_unknown_model_bodies_are_read_with_their_system_message_in_place(turn: str) -> None:
     body = client_body(turn)
-    parsed = ANTHROPIC.parse(body, False)
+    parsed = ANTHROPIC.parse(body)
     assert parsed.skipped is None
     messages = parsed.neutral["messages"]
     roles = [m["role"] for m in messages]
@@ -151,7 +151,7 @@ def test_a_system_message_of_blocks_goes_back_as_sent_and_is_not_merged() -> Non
     body["messages"][1] = {"role": "system", "content": blocks}
     note = {"role": "system", "content": "A second instruction, right after the first."}
     body["messages"].insert(2, note)
-    parsed = ANTHROPIC.parse(body, False)
+    parsed = ANTHROPIC.parse(body)
     assert parsed.neutral["messages"][2]["content"] == "Agent types: Explore, Plan.\nSkills: none."
     # Its breakpoint is a message's breakpoint for the replay's cost model.
     assert 3 in ANTHROPIC.cache_marks(parsed)
