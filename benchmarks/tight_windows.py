@@ -153,7 +153,7 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
             Scenario(
                 name,
                 base.window,
-                base.fixed_tokens,
+                args.fixed_tokens or base.fixed_tokens,
                 args.step_tokens or base.step_tokens,
                 args.steps or base.steps,
             )
@@ -169,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="improved,full", help="the proxy's policy, by name")
     parser.add_argument("--steps", type=int, default=0, help="steps per session (default: the scenario's)")
     parser.add_argument("--step-tokens", type=int, default=0, help="tokens a step (default: the scenario's)")
+    parser.add_argument(
+        "--fixed-tokens",
+        type=int,
+        default=0,
+        help="system prompt + tools (default: the scenario's)",
+    )
     parser.add_argument(
         "--read-every", type=int, default=5, help="the model reads a saved output every N steps"
     )
