@@ -210,7 +210,9 @@ def test_every_view_of_every_sample_trajectory_keeps_the_protocol(policy: str) -
                 # Between compaction points the sent prefix only grows (the cache keeps hitting),
                 # but for the previous view's final step in a tight session (an output put
                 # behind its handle in place): everything before its call stays.
-                final = max(i for i, m in enumerate(previous) if m["role"] == "assistant")
+                final = max(
+                    (i for i, m in enumerate(previous) if m["role"] == "assistant"), default=len(previous)
+                )
                 assert sent["messages"][:final] == previous[:final], (row["instance_id"], len(history))
             previous = sent["messages"]
             views += 1
