@@ -8,21 +8,20 @@ The rules, each for a reason:
   continue working on the task...", sent again and again) is shown once, at its first
   position, and each later copy is a one-line reference (``[7] same as [3]``) in its own
   place, so the order is kept and the budget goes to what differs.
-- Newest first: the budget goes to the newest messages first (a repeated message counts as
-  new as its last copy), each whole while it fits.
-- Older cut first: once a message must be cut, no older one is shown longer than it. The
-  first message cut gets what is left of the budget (at least a head), the older ones a
-  head, and an older message is shown whole only if it is no longer than that. A correction
-  therefore always shows at least as much as the statement it corrects: before, a newer
-  message too long for what was left was cut while an older, shorter one was still shown
-  whole, so the wrong statement could be whole and its correction an opening.
-- Cutting must pay: a cut line costs its opening plus a marker, so a message no longer than
-  that is shown whole (subject to the rule above).
+- Older cut first: when the section does not fit its budget, the oldest messages are cut
+  first (a repeated message counts as new as its last copy), to an opening and the handle
+  of the whole text, until it fits; the newest keep their whole text longest.
+- Cutting must pay: a cut line costs its opening plus a marker (about 53 characters), so a
+  message no longer than that is never cut.
+- No newer message is shown less than an older one: a cut message's opening is at least as
+  long as every older message shown whole (those not worth cutting, so at most an opening
+  plus a marker longer than a head). A correction therefore always shows at least as much
+  as the statement it corrects (an older message that fits no longer stays whole while a
+  newer, longer one is cut to a head).
 - A cut message is named with the handle its whole text is saved under (``read_tool_output``
   reads it back), so nothing the user said is ever only shortened.
-- A message longer than ``LONG_USER_CHARS`` is a document (a pasted log or file): at every
-  budget it is shown by its head and handle, and it takes no part in the order of cuts (it
-  would otherwise cut every older instruction to its head).
+- A message longer than ``LONG_USER_CHARS`` is a document (a pasted log or file): it is cut
+  at every budget.
 
 The layout depends only on the words and the budget, so the same ledger renders to the same
 bytes (the prompt cache depends on it).
@@ -41,8 +40,8 @@ HEADING = "### User instructions (verbatim, in order)"
 # Said once, under the heading, when a message is shown by its opening.
 CUT_NOTE = "(A cut or long message shows its opening: read_tool_output with its handle reads it whole.)"
 # The opening of a cut message: longer while the section is roomy, short at the tight levels.
-# A cut line costs its opening plus its marker (about 53 characters), so a message no longer
-# than that is shown whole; at the tight levels that is about 170 characters, most instructions.
+# A message no longer than its cut line (opening and marker) is never cut: at the tight levels
+# about 170 characters, most instructions.
 HEAD_CHARS = 300
 TIGHT_HEAD_CHARS = 120
 TIGHT_BUDGET = 3000
@@ -80,31 +79,37 @@ def _marker(text: str) -> str:
     return f"({why}, {len(text)} chars in all: {mention(new_handle(text))}) "
 
 
+def _cuts(words: Sequence[UserWords], order: Sequence[int], budget: int, head: int) -> set[int]:
+    """The entries (positions in ``order``, oldest first) shown cut: the documents, then the
+    oldest worth cutting (longer than their cut line) until the section fits ``budget``."""
+    cut = {p for p in order if len(words[p].text) > LONG_USER_CHARS}
+    line = {p: head + len(_marker(words[p].text)) for p in order}
+    total = sum(line[p] if p in cut else len(words[p].text) for p in order)
+    for position in order:
+        if total <= budget:
+            break
+        if position not in cut and len(words[position].text) > line[position]:
+            cut.add(position)
+            total -= len(words[position].text) - line[position]
+    return cut
+
+
 def user_words_layout(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[Shown]:
     """How each entry is shown within ``budget`` characters (the rules of this module)."""
     firsts, last = _firsts(words)
     head = _head_chars(budget)
+    # The distinct texts not kept after the summary, the oldest (by their last copy) first.
+    order = sorted((p for p in set(firsts) if not words[p].kept), key=lambda p: last[words[p].text])
+    cut = _cuts(words, order, budget, head)
     chars: dict[int, int] = {}  # first position of a text -> characters shown (or WHOLE)
-    cap: int | None = None  # the opening of the newest cut message: no older one shows more
-    for position in sorted(set(firsts), key=lambda p: -last[words[p].text]):
-        entry = words[position]
-        size = len(entry.text)
-        if entry.kept:
-            continue
-        if size > LONG_USER_CHARS:
-            chars[position] = head
-            continue
-        opening = max(head, budget)
-        marker = len(_marker(entry.text))
-        # Whole when no newer message is cut shorter, and when it fits what is left, or cutting
-        # it would save less than its marker costs.
-        if (cap is None or size <= cap) and size <= opening + marker:
-            chars[position] = WHOLE
-            budget = max(0, budget - size)
-            continue
-        shown = opening if cap is None else min(cap, opening)
-        chars[position] = cap = shown
-        budget = max(0, budget - shown - marker)
+    widest = 0  # the longest message shown whole so far: no newer cut one shows less
+    for position in order:
+        size = len(words[position].text)
+        opening = max(head, widest)
+        if position in cut and opening < size:
+            chars[position] = opening
+        else:
+            widest = max(widest, size)
     return [
         Shown(same_as=firsts[p] if firsts[p] != p else -1, chars=chars.get(firsts[p], WHOLE))
         for p in range(len(words))

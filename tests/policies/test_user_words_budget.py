@@ -68,7 +68,8 @@ def test_identical_repeats_are_shown_once_in_their_places() -> None:
     text = section(MOTO)
     assert text.count("Please continue working on the task") == 1
     # The text at its first position, each later copy a reference in its own place, in order.
-    assert "[7] (repeated as [8], [9], [10]) Please continue working" in text
+    (seventh,) = [line for line in text.splitlines() if line.startswith("[7] ")]
+    assert "(repeated as [8], [9], [10]) Please continue working" in seventh
     references = [line for line in text.splitlines() if "same as [7]" in line]
     assert references == ["[8] same as [7]", "[9] same as [7]", "[10] same as [7]"]
 
@@ -132,3 +133,12 @@ def test_the_same_ledger_renders_to_the_same_bytes() -> None:
     for limits in RENDER_LEVELS:
         assert one.render(limits) == two.render(limits) == one.render(limits)
     assert one.render_within(lambda t: len(t) < 1500) == two.render_within(lambda t: len(t) < 1500)
+
+
+def test_a_repeated_message_is_as_new_as_its_last_copy() -> None:
+    """The user says A, then B, then A again: A is in force, so B is the one cut first."""
+    said_a = "Use `alpha` for the cache backend. " + "Reason: it is what production runs. " * 9
+    said_b = "Use `beta` for the cache backend. " + "Reason: it is what staging runs. " * 9
+    lines = shown(section([said_a, said_b, said_a]))
+    assert lines[1] == (False, "(repeated as [3]) " + said_a) and lines[2][0], lines
+    assert "same as [1]" in section([said_a, said_b, said_a]).splitlines()[-1]
