@@ -29,9 +29,8 @@ from policies.ledger_records import (
     UserWords,
     render_edits,
     render_transcripts,
-    render_user_words,
-    saved_user_words,
 )
+from policies.ledger_user_words import render_user_words, saved_user_words
 
 LEDGER_HEADING = "## State ledger (exact, extracted from the history)"
 # Saved outputs listed by handle (the newest); placeholders in the view name the others.

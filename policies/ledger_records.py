@@ -6,7 +6,8 @@ messages each summary replaced are saved verbatim (``policies/transcript.py``), 
 The user's words are kept verbatim as long as they fit ``USER_WORDS_CHARS`` (newest first: a
 later correction overrides an earlier one); a message longer than ``LONG_USER_CHARS`` (about
 1,500 tokens), or an older one past the budget, is shown by its head and the handle its whole
-text is saved under, so nothing the user said is ever only paraphrased.
+text is saved under, so nothing the user said is ever only paraphrased. How that section is
+laid out (repeats once, older messages cut first) is ``ledger_user_words.py``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from collections.abc import Sequence
 
 import msgspec
 
-from policies.handles import mention, new_handle
+from policies.handles import mention
 
 LONG_USER_CHARS = 6000
 USER_WORDS_CHARS = 12000
-_HEAD_CHARS = 300
 # Edits shown per file: the first ones and the newest ones (the count says how many in all).
 EDITS_SHOWN_FIRST = 3
 EDITS_SHOWN_LAST = 12
@@ -99,55 +99,6 @@ def render_edits(edits: Sequence[EditRecord], path: str, limits: RenderLimits | 
         parts.append(f"{edit.label}{saved}")
         previous = position
     return ", ".join(parts)
-
-
-def _flat(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def user_words_layout(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[bool]:
-    """For each entry, whether it is shown verbatim (else by its head and handle): the newest
-    first, while they fit ``budget`` characters."""
-    verbatim = [False] * len(words)
-    for position in range(len(words) - 1, -1, -1):
-        entry = words[position]
-        if entry.kept:
-            continue
-        if len(entry.text) <= LONG_USER_CHARS and len(entry.text) <= budget:
-            verbatim[position] = True
-            budget -= len(entry.text)
-    return verbatim
-
-
-def render_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[str]:
-    if not words:
-        return []
-    lines = ["### User instructions (verbatim, in order)"]
-    layout = user_words_layout(words, budget)
-    for number, (entry, verbatim) in enumerate(zip(words, layout, strict=True), 1):
-        if entry.kept:
-            lines.append(f"[{number}] (kept verbatim right after this summary) {_flat(entry.text, 120)}")
-        elif verbatim:
-            lines.append(f"[{number}] {entry.text}")
-        else:
-            handle = new_handle(entry.text)
-            # A tight budget shows shorter heads: the handle holds the whole message anyway.
-            head = _HEAD_CHARS if budget >= 3000 else 80
-            lines.append(
-                f"[{number}] (long: {len(entry.text)} chars, saved as {mention(handle)}; read it with "
-                f"read_tool_output) {_flat(entry.text, head)}"
-            )
-    return lines
-
-
-def saved_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> dict[str, str]:
-    """Handle -> text of every entry the ledger shows by handle (the proxy must store them)."""
-    return {
-        new_handle(entry.text): entry.text
-        for entry, verbatim in zip(words, user_words_layout(words, budget), strict=True)
-        if not verbatim and not entry.kept
-    }
 
 
 def render_transcripts(records: Sequence[TranscriptRecord], limits: RenderLimits | None = None) -> list[str]:
