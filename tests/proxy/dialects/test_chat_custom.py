@@ -19,8 +19,11 @@ from policies.message_actions import call_action
 from policies.pipeline import build_policies
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
+from proxy.dialects.base import NOT_RUN, Answer
 from proxy.dialects.chat import ChatDialect
 from proxy.dialects.responses import ResponsesDialect
+from proxy.read_tool.tool import TOOL_NAME
+from tests.proxy.dialects.test_chat_stream import chunk, play
 
 DIALECT = ChatDialect()
 COUNTER = TokenCounter()
@@ -249,3 +252,31 @@ def test_the_responses_door_offloads_a_large_custom_patch_as_an_edit() -> None:
         i["call_id"] for i in view if i.get("type") in ("function_call_output", "custom_tool_call_output")
     }
     assert calls == outputs
+
+
+PIECES = ("*** Begin", " Patch\n*** Update File: a.py\n@@\n-a\n", "+b\n*** End Patch")
+
+
+def test_a_streamed_custom_call_is_gathered_in_its_custom_shape() -> None:
+    """A round that calls a custom tool beside the read tool: the read loop appends the round
+    with the custom call as the model made it (the client's own call, not run yet)."""
+    read = {"index": 0, "id": "call_r", "type": "function", "function": {"name": TOOL_NAME, "arguments": ""}}
+    opening = {"index": 1, "id": "call_p", "type": "custom", "custom": {"name": "apply_patch", "input": ""}}
+    events = [
+        chunk({"role": "assistant", "content": None, "tool_calls": [read, opening]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"handle": "out_1"}'}}]}),
+        *(chunk({"tool_calls": [{"index": 1, "custom": {"input": piece}}]}) for piece in PIECES),
+        chunk({}, finish="tool_calls"),
+    ]
+    stream, _, _ = play(b"".join(events))
+    read_call, patch_call = stream.calls()
+    assert DIALECT.is_read_call(read_call) and not DIALECT.is_read_call(patch_call)
+    assert patch_call == custom_call("call_p", "apply_patch", "".join(PIECES))
+    body = DIALECT.add_round(
+        session(3), Answer(calls=[read_call, patch_call]), [(read_call, "x"), (patch_call, NOT_RUN)]
+    )
+    assert shape_problem(body["messages"]) is None and protocol_problems(body["messages"]) == []
+    # Shadow comparisons read the custom call as the edit it is.
+    alone = [chunk({"role": "assistant", "tool_calls": [{**opening, "index": 0}]}), *events[2:]]
+    alone = [e.replace(b'"index":1', b'"index":0') for e in alone]
+    assert DIALECT.decision(b"".join(alone), True) == "apply_patch: a.py"
