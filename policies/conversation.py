@@ -284,6 +284,16 @@ def _call_problem(call: Any) -> str | None:
         return " must be an object"
     if not isinstance(call.get("id"), str):
         return ".id must be a string"
+    if call.get("type") == "custom":
+        # A custom tool's call (GPT-5's free-form tools): its name and its free-text input.
+        custom = call.get("custom")
+        if not isinstance(custom, dict):
+            return ".custom must be an object"
+        if not isinstance(custom.get("name"), str):
+            return ".custom.name must be a string"
+        if not isinstance(custom.get("input"), str):
+            return ".custom.input must be a string"
+        return None
     function = call.get("function")
     if not isinstance(function, dict):
         return ".function must be an object"

@@ -1,5 +1,6 @@
 """Chat Completions (``POST /v1/chat/completions``): the neutral conversation is this format's
-own ``messages``, so reading and writing a view is direct.
+own ``messages``, so reading and writing a view is direct, but for custom tool calls, read as
+function calls and written back in their custom shape (``chat_custom.py``).
 
 Streams are ``data: {chat.completion.chunk}`` events ending in ``data: [DONE]``; a failure
 after the response started is an OpenAI-style ``data: {"error": ...}`` event, which the SDKs
@@ -18,6 +19,7 @@ from policies.conversation import Message, shape_problem
 from policies.pipeline import requested_answer_tokens
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Answer, BaseDialect, Parsed
+from proxy.dialects.chat_custom import neutral_body, neutral_messages, wire_messages
 from proxy.dialects.chat_stream import ChatStream, chat_decision
 from proxy.read_tool.tool import TOOL_NAME, tool_schema
 from proxy.wire.errors import ProxyError
@@ -44,16 +46,23 @@ class ChatDialect(BaseDialect):
         if not isinstance(messages, list):
             raise ProxyError(400, "'messages' is a required property and must be an array.", param="messages")
         skipped = shape_problem(messages, start=known)
-        return Parsed(body=body, neutral=body, stream=body.get("stream") is True, skipped=skipped)
+        # Custom tool calls are read as function calls (``chat_custom.py``); a history without
+        # any is its own neutral conversation.
+        converted = neutral_messages(messages)
+        neutral = body if converted is None else {**body, "messages": converted}
+        return Parsed(body=body, neutral=neutral, stream=body.get("stream") is True, skipped=skipped)
 
     def render(self, parsed: Parsed, view: Sequence[Message], origin: Sequence[int]) -> dict[str, Any]:
-        return {**parsed.body, "messages": list(view)}
+        if parsed.neutral is parsed.body:
+            return {**parsed.body, "messages": list(view)}
+        messages = wire_messages(view, origin, parsed.neutral["messages"], parsed.body["messages"])
+        return {**parsed.body, "messages": messages}
 
     def answer_tokens(self, body: dict[str, Any]) -> int:
         return requested_answer_tokens(body)
 
     def count(self, body: dict[str, Any], counter: TokenCounter) -> int:
-        return counter.count_request(body).total
+        return counter.count_request(neutral_body(body)).total  # custom inputs counted as read
 
     def with_read_tool(self, body: dict[str, Any], max_lines: int) -> dict[str, Any]:
         tools = body.get("tools")

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.dialects.base import HELD_TEXT_CHARS
+from proxy.dialects.chat_custom import neutral_message
 from proxy.read_tool.tool import TOOL_NAME
 from proxy.telemetry.shadow import decision_signature
 from proxy.wire.response_writer import ResponseWriter
@@ -103,6 +104,7 @@ class ChatStream:
         self._usage_event: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}
         self._call_parts: dict[int, tuple[list[str], list[str]]] = {}  # name, arguments
+        self._custom: set[int] = set()  # the slots of custom tools' calls
         self._text_held: list[bytes] = []
         self._held_chars = 0
         self._streaming_text = False
@@ -207,6 +209,12 @@ class ChatStream:
         if part.get("id"):
             call["id"] = part["id"]
         function = part.get("function")
+        custom = part.get("custom")
+        if isinstance(custom, dict):
+            # A custom tool's call: its name and input pieces, kept as a function's until the
+            # round's calls are asked for (``calls`` gives it its custom shape).
+            self._custom.add(slot)
+            function = {"name": custom.get("name"), "arguments": custom.get("input")}
         if isinstance(function, dict):
             names.append(function.get("name") or "")
             arguments.append(function.get("arguments") or "")
@@ -221,7 +229,10 @@ class ChatStream:
             function["arguments"] += "".join(arguments)
             names.clear()
             arguments.clear()
-        return [self._calls[i] for i in sorted(self._calls)]
+        return [
+            _custom_shaped(self._calls[i]) if i in self._custom else self._calls[i]
+            for i in sorted(self._calls)
+        ]
 
     async def _relay(self, event: bytes) -> None:
         if self.preamble:
@@ -264,6 +275,16 @@ class ChatStream:
         await self.writer.finish(b"\n\n".join(events) + b"\n\n")
 
 
+def _custom_shaped(call: dict[str, Any]) -> dict[str, Any]:
+    """A call gathered as a function's in its custom shape."""
+    function = call["function"]
+    return {
+        "id": call["id"],
+        "type": "custom",
+        "custom": {"name": function["name"], "input": function["arguments"]},
+    }
+
+
 def message_from_json(raw: bytes) -> Any:
     try:
         data = orjson.loads(raw)
@@ -294,13 +315,21 @@ def message_from_sse(raw: bytes) -> Any:
                 part.get("index", 0), {"type": "function", "function": {"name": "", "arguments": ""}}
             )
             function = part.get("function") or {}
+            custom = part.get("custom")
+            if isinstance(custom, dict):
+                call["custom"] = True
+                function = {"name": custom.get("name"), "arguments": custom.get("input")}
             call["function"]["name"] += function.get("name") or ""
             call["function"]["arguments"] += function.get("arguments") or ""
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        message["tool_calls"] = [
+            _custom_shaped({"id": None, **c}) if c.pop("custom", False) else c
+            for _, c in sorted(calls.items())
+        ]
     return message
 
 
 def chat_decision(raw: bytes, sse: bool) -> str:
-    return decision_signature(message_from_sse(raw) if sse else message_from_json(raw))
+    message = message_from_sse(raw) if sse else message_from_json(raw)
+    return decision_signature(neutral_message(message))  # a custom call read as a call
