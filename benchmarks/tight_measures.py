@@ -84,7 +84,11 @@ def compaction_points(requests: Sequence[Seen]) -> tuple[list[int], list[int], l
     return points, tools_changed, tail_changes
 
 
-_PROXY_WRITTEN = ("[Summary of the earlier conversation", "[Output saved outside the context", "[Output cut to fit")
+_PROXY_WRITTEN = (
+    "[Summary of the earlier conversation",
+    "[Output saved outside the context",
+    "[Output cut to fit",
+)
 
 
 def _proxy_breakpoint(messages: Sequence[Any]) -> int | None:

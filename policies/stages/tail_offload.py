@@ -86,5 +86,7 @@ class TailOffload(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if offloaded or edits:
             view.replace_messages(replaced, self.name, origin=list(view.origin))
             view.remember_replacements(placeholders)
-            view.facts.tail_offload = OffloadFact(outputs=offloaded, handles=tuple(view.offloads), edits=edits)
+            view.facts.tail_offload = OffloadFact(
+                outputs=offloaded, handles=tuple(view.offloads), edits=edits
+            )
         return view
