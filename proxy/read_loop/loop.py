@@ -339,6 +339,7 @@ class ReadLoop:
             )
             if shorter is not None and len(shorter) < len(text):
                 self._rounds[round_index][1][item] = (call, shorter)
+                self.result.shrunk += 1
                 changed = True
         return changed
 

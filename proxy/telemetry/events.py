@@ -222,6 +222,9 @@ def _reads_record(reads: LoopResult | None) -> dict[str, Any] | None:
         # Prompt tokens of every request sent upstream for this client request (proxy count).
         "tokens_per_round": list(reads.round_tokens),
         "bytes_read": reads.bytes_read,
+        # Earlier results shortened, then withdrawn, to make room for later reads.
+        "shrunk": reads.shrunk,
+        "withdrawn": reads.withdrawn,
     }
 
 

@@ -154,7 +154,10 @@ class LoopResult:
     error: str | None = None
     # The last round's answer as the model wrote it (its items, in the dialect's shape).
     final_answer: list[Any] | None = None
-    # Earlier read results withdrawn (replaced by a note naming their handle) to make room.
+    # Earlier read results shortened (their first lines kept, the exact arguments of the rest
+    # given) to make room for a later answer's reads; withdrawn (replaced by a note naming
+    # their handle) only when shortening was not enough and a later round could read them.
+    shrunk: int = 0
     withdrawn: int = 0
 
     @property
