@@ -108,6 +108,15 @@ class Conversation:
         starts = [step.start for step in self.steps if step.start >= self.prefix_end]
         return (*starts, len(self.messages))
 
+    @property
+    def tail_start(self) -> int:
+        """Where the tail starts: the newest step that produced output, or the newest assistant
+        turn (a text action whose answer reads as an observation once a second one comes). At
+        the next request only the tail may change between compaction points (``tail_offload``
+        puts its output behind a handle): the prefix before it is what a prompt cache keeps."""
+        kinds = ("exchange", "observation", "assistant")
+        return next((s.start for s in reversed(self.steps) if s.kind in kinds), len(self.messages))
+
 
 def _is_observation(messages: Sequence[Message], index: int, text_actions: bool) -> bool:
     """A user message that reports what the previous text action produced."""

@@ -12,8 +12,9 @@ Schema (version 1; every count is an integer):
   survival: {KIND: {visible, recoverable, lost}}, survival_all, accuracy}}``.
   ``reduction`` is 1 - sum(after) / sum(before) over all step requests. ``prefix_stability``
   is the share of consecutive requests, with no compaction point between them, whose view
-  extends the previous view unchanged (what a provider's prompt cache needs; null when no
-  pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
+  keeps the previous view unchanged up to its tail (its newest step with output, which a tight
+  session's ``tail_offload`` may put behind a handle) and extends it (what a provider's prompt
+  cache needs: everything before the tail is served from it; null when no pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
   range, for the deterministic check and the judge.
   ``cost`` (``replay.report.cost_figures``; null in shadow mode, or when a part holds no request
   shapes): ``{requests, prompt_tokens, cached_tokens, uncached_tokens, cache_write_tokens,

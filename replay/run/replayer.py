@@ -64,8 +64,11 @@ class RunOptions:
     shard: Shard | None = None
 
 
-def _is_prefix(previous: Sequence[bytes], current: Sequence[bytes]) -> bool:
-    return len(previous) <= len(current) and tuple(current[: len(previous)]) == tuple(previous)
+def _is_prefix(previous: Sequence[bytes], current: Sequence[bytes], tail: int | None = None) -> bool:
+    """Whether ``current`` keeps ``previous`` up to ``tail`` (default: whole): between points
+    a tight session may change the previous view's tail, and a prompt cache keeps the rest."""
+    kept = len(previous) if tail is None else tail
+    return len(previous) <= len(current) and tuple(current[:kept]) == tuple(previous[:kept])
 
 
 class Replayer:
@@ -132,6 +135,7 @@ class Replayer:
         part = CasePart(arm=arm, case_id=case.case_id, key=key)
         session = f"replay-{self.run_id}-{arm}-{case.case_id}"
         previous: tuple[bytes, ...] | None = None
+        tail = 0
         for index in case.steps:
             history = case.messages[:index]
             response, ticket = await self.send(
@@ -153,9 +157,9 @@ class Replayer:
             part.problems.extend(f"step {index}: {p}" for p in received.problems)
             if self.config.mode == "enforce":
                 part.stable.append(
-                    None if previous is None or trigger else _is_prefix(previous, received.digests)
+                    None if previous is None or trigger else _is_prefix(previous, received.digests, tail)
                 )
-                previous = received.digests
+                previous, tail = received.digests, received.tail_start
             else:
                 part.stable.append(None)
             self.on_progress()

@@ -56,6 +56,9 @@ class Received:
     problems: tuple[str, ...]
     tool_names: tuple[str, ...]
     tokens: tuple[int, ...] = ()  # per message, as counted for the cost simulation
+    # Where the view's tail starts (its newest step with output): between compaction points
+    # the next view may change only from there (``Conversation.tail_start``).
+    tail_start: int = 0
 
 
 def request_kind(ticket: Ticket) -> str:
@@ -175,15 +178,17 @@ class RecordedUpstream:
         names = tool_names(parsed)
         kind = request_kind(ticket)
         digests = tuple(message_digest(m) for m in messages)
+        conversation = parse(messages)
         tokens = self.counter.count_messages(messages, self.counter.encoding_for(body.get("model")))
         ticket.received.append(
             Received(
                 messages=messages if ticket.keep_messages else None,
                 message_count=len(messages),
                 digests=digests,
-                problems=parse(messages).problems,
+                problems=conversation.problems,
                 tool_names=names,
                 tokens=tokens,
+                tail_start=conversation.tail_start,
             )
         )
         session = request.headers.get(SESSION_HEADER)

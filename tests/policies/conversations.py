@@ -156,8 +156,6 @@ def with_instructions(
 
 
 def tail_start(view: list[Any]) -> int:
-    """Where a view's tail starts: its newest step that produced output, or its newest assistant
-    turn (a text action whose answer is read as an observation once a second one comes): what
-    ``tail_offload`` may put behind a handle at the next request, in a tight session."""
-    producing = [s for s in parse(view).steps if s.kind in ("exchange", "observation", "assistant")]
-    return producing[-1].start if producing else len(view)
+    """Where a view's tail starts (``Conversation.tail_start``): what ``tail_offload`` may put
+    behind a handle at the next request, in a tight session."""
+    return parse(view).tail_start
