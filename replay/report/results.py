@@ -14,8 +14,9 @@ Schema (version 1; every count is an integer):
   is the share of consecutive requests, with no compaction point between them, whose view
   keeps the previous view unchanged up to its tail (its newest step with output, which a tight
   session's ``tail_offload`` may put behind a handle) and extends it (what a provider's prompt
-  cache needs: everything before the tail is served from it; null when no pair qualifies). ``accuracy`` is present with model arms: per repeat and kind, mean and
-  range, for the deterministic check and the judge.
+  cache needs: everything before the tail is served from it; null when no pair qualifies).
+  ``accuracy`` is present with model arms: per repeat and kind, mean and range, for the
+  deterministic check and the judge.
   ``cost`` (``replay.report.cost_figures``; null in shadow mode, or when a part holds no request
   shapes): ``{requests, prompt_tokens, cached_tokens, uncached_tokens, cache_write_tokens,
   cache_hit_share, summarizer_tokens: {input, output}, read_round_tokens: {requests, input,
