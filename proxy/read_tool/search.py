@@ -54,7 +54,8 @@ async def search_saved_outputs(
     encoding: str,
 ) -> ReadResult:
     """The best matching lines of the saved outputs in ``handles`` (newest last), within ``room``."""
-    newest = list(dict.fromkeys(reversed(handles)))[:MAX_SEARCHED]
+    distinct = list(dict.fromkeys(reversed(handles)))
+    newest = distinct[:MAX_SEARCHED]
     if not newest:
         return ReadResult("Error: this conversation has no saved outputs to search.", "not_found")
     assert args.pattern is not None
@@ -63,6 +64,9 @@ async def search_saved_outputs(
     compiled = compile_terms(terms)
     deadline = time.monotonic() + timeout_seconds
     found = Found(args.pattern, len(terms))
+    # A session with thousands of saved outputs: the search's work stays bounded (the newest
+    # MAX_SEARCHED, one store read each), and the answer says how many older ones it left.
+    found.older = len(distinct) - len(newest)
     for age, handle in enumerate(newest):
         if time.monotonic() > deadline:
             found.unsearched += newest[age:]
@@ -113,6 +117,7 @@ class Found:
         self.matching: dict[str, int] = {}  # matching lines per output with any
         self.lines: dict[str, int] = {}  # lines per output searched
         self.unsearched: list[str] = []
+        self.older = 0  # saved outputs older than the newest MAX_SEARCHED: never searched
 
     def add(self, handle: str, hits: list[Hit], matching: int, lines: int) -> None:
         self.searched += 1
@@ -198,6 +203,12 @@ def _compose(found: Found, shown: list[Hit], *, context: bool) -> str:
             f"[Not searched (no time left, or the store could not be read): {named}{more}; "
             "search them by handle with the same pattern.]"
         )
+    if found.older:
+        parts.append(
+            f"[{found.older} older saved output(s) not searched: a search covers the newest "
+            f"{MAX_SEARCHED}. Search an older one by its handle with the same pattern (the "
+            "summary's ledger and transcripts name them).]"
+        )
     return "\n".join(parts)
 
 
@@ -212,14 +223,16 @@ def render_search(
     if every and sum(len(t) for h in ranked for _, t in h.context) <= min(max_bytes, 6 * room):
         text = _compose(found, ranked, context=True)
         if _fits(text, room, max_bytes, counter, encoding):
-            return ReadResult(text, "truncated" if found.unsearched else "ok", len(ranked))
+            return ReadResult(text, "truncated" if found.unsearched or found.older else "ok", len(ranked))
     shown = _select(found, ranked, room, max_bytes, counter, encoding)
     text = _compose(found, shown, context=False)
     while shown and not _fits(text, room, max_bytes, counter, encoding):
         shown.pop()
         text = _compose(found, shown, context=False)
     whole = len(shown) == len(ranked) and every
-    return ReadResult(text, "ok" if whole and not found.unsearched else "truncated", len(shown))
+    return ReadResult(
+        text, "ok" if whole and not (found.unsearched or found.older) else "truncated", len(shown)
+    )
 
 
 def _fits(text: str, room: int, max_bytes: int, counter: TokenCounter, encoding: str) -> bool:
