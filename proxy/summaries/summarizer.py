@@ -104,23 +104,50 @@ class OpenAISummarizer:
             attempt += 1
             self.calls += 1
             try:
-                response = await self.client.post(
-                    "/chat/completions", content=orjson.dumps(body), headers=headers
-                )
-            except httpx.HTTPError as exc:
+                status, content = await self._post(orjson.dumps(body), headers)
+            except (httpx.HTTPError, TimeoutError) as exc:
                 if attempt <= self.settings.max_retries:
                     await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
                     continue
                 raise SummarizerError(f"summarizer unreachable or timed out ({type(exc).__name__})") from exc
-            if response.status_code in _RETRYABLE and attempt <= self.settings.max_retries:
+            if status in _RETRYABLE and attempt <= self.settings.max_retries:
                 await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
                 continue
-            if response.status_code != 200:
-                raise SummarizerError(f"summarizer answered HTTP {response.status_code}")
-            return _parse(response.content, prompt.family, prompt.version, time.perf_counter() - started)
+            if status != 200:
+                raise SummarizerError(f"summarizer answered HTTP {status}")
+            return _parse(content, prompt.family, prompt.version, time.perf_counter() - started)
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """One call: its status and its answer's bytes. The whole call (connecting, sending,
+        every byte of the answer) holds to ``timeout``: a server that trickles its answer a
+        byte at a time, or stops mid-body, never holds a preparation or a compaction point
+        longer. The answer is read up to ``max_answer_bytes`` (decoded): a 20 MB or endless
+        answer fails at once instead of filling the memory."""
+        limit = max_answer_bytes(self.settings.max_output_tokens)
+        request = self.client.build_request("POST", "/chat/completions", content=body, headers=headers)
+        async with asyncio.timeout(self.settings.timeout):
+            answer = await self.client.send(request, stream=True)
+            try:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in answer.aiter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise SummarizerError(f"summarizer answer over {limit} bytes")
+                    chunks.append(chunk)
+                return answer.status_code, b"".join(chunks)
+            finally:
+                await answer.aclose()
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def max_answer_bytes(max_output_tokens: int) -> int:
+    """The largest summarizer answer read: a chat completion of ``max_output_tokens`` tokens is
+    a few kilobytes of JSON (at most ~4 bytes a token, escaped), so 64 bytes a token, and at
+    least 1 MiB, leave room for any honest answer."""
+    return max(1 << 20, 64 * max_output_tokens)
 
 
 def _parse(raw: bytes, family: str, version: str, seconds: float) -> SummaryResult:
