@@ -27,8 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.canary.stats import Interval, mean_difference, share_difference, z_for
-from proxy.config.sections import CanaryGate
+from proxy.canary.stats import Interval
 from proxy.dialects.base import Usage
 
 ARMS = ("treated", "holdout")
@@ -41,6 +40,8 @@ COUNTED = (
     "output",
     "context_errors",
     "errors",
+    "client_errors",
+    "upstream_errors",
     "reads",
     "repeats",
     "agent_compactions",
@@ -108,6 +109,8 @@ class ArmFigures:
             "output_tokens": int(self.total("output")),
             "context_errors": int(self.total("context_errors")),
             "errors": int(self.total("errors")),
+            "client_errors": int(self.total("client_errors")),
+            "upstream_errors": int(self.total("upstream_errors")),
             "reads_per_session": self.total("reads") / count,
             "reacquisitions_per_session": sum(self.reacquisitions()) / count,
             "agent_compactions": int(self.total("agent_compactions")),
@@ -123,6 +126,7 @@ class Check:
     interval: Interval
     budget: str
     breached: bool
+    tenants: int = 1  # tenants compared (with sessions in both arms)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +135,7 @@ class Check:
             "interval": [round(self.interval[0], 6), round(self.interval[1], 6)],
             "budget": self.budget,
             "breached": self.breached,
+            "tenants": self.tenants,
         }
 
 
@@ -151,47 +156,3 @@ def split_arms(sessions: Iterable[Mapping[str, Any]]) -> dict[str, ArmFigures]:
         if arm is not None:
             arm.sessions.append(session)
     return arms
-
-
-def judge(arms: Mapping[str, ArmFigures], gate: CanaryGate) -> Verdict:
-    treated, holdout = arms["treated"], arms["holdout"]
-    if min(len(treated.sessions), len(holdout.sessions)) < gate.min_sessions:
-        return Verdict("waiting")
-    confidence = gate.confidence
-    checks = []
-    for key, name, limit in (
-        ("context_errors", "context_error_share", gate.max_context_error_increase),
-        ("errors", "error_share", gate.max_error_increase),
-    ):
-        estimate, interval = share_difference(
-            int(treated.total(key)),
-            int(treated.total("requests")),
-            int(holdout.total(key)),
-            int(holdout.total("requests")),
-            confidence,
-        )
-        # The upper bound can pass only once each arm has about z^2 / limit requests (0 events
-        # in 192 requests still leave 2 points possible): until then only a lower bound over
-        # the limit (harm plain even in a small sample) breaches.
-        enough = min(treated.total("requests"), holdout.total("requests")) >= z_for(confidence) ** 2 / limit
-        breached = interval[0] > limit or (enough and interval[1] > limit)
-        budget = f"upper bound <= +{limit:g}" if enough else f"lower bound <= +{limit:g} (too few requests)"
-        checks.append(Check(name, estimate, interval, budget, breached))
-    floor = gate.reacquisition_floor
-    estimate, interval = mean_difference(
-        [r - floor for r in treated.reacquisitions()],
-        holdout.reacquisitions(),
-        ratio=gate.max_reacquisition_ratio,
-        confidence=confidence,
-    )
-    budget = f"lower bound of treated - {floor:g} - {gate.max_reacquisition_ratio:g} x holdout <= 0"
-    checks.append(Check("reacquisitions_per_session", estimate, interval, budget, interval[0] > 0))
-    estimate, interval = mean_difference(
-        treated.per_session("cost"),
-        holdout.per_session("cost"),
-        ratio=gate.max_cost_ratio,
-        confidence=confidence,
-    )
-    budget = f"lower bound of treated - {gate.max_cost_ratio:g} x holdout <= 0"
-    checks.append(Check("cost_per_session", estimate, interval, budget, interval[0] > 0))
-    return Verdict("breach" if any(c.breached for c in checks) else "pass", tuple(checks))

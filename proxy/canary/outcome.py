@@ -8,6 +8,7 @@
   ``prompt_tokens_details.cached_tokens``, Responses ``input_tokens`` with
   ``input_tokens_details.cached_tokens``, Anthropic ``input_tokens`` plus
   ``cache_read_input_tokens`` and ``cache_creation_input_tokens``).
+- ``outcome_kind``: whose doing a failed answer is (below); only the policy's count against it.
 - ``repeated_calls``: the agent's last step re-ran a tool call it had already made (same tool,
   same arguments): re-acquisition that needs no proxy, so the holdout has it too.
 """
@@ -65,6 +66,44 @@ def is_context_error(status: int, body: bytes) -> bool:
         return False
     lowered = body[:KEEP].lower()
     return any(marker in lowered for marker in _CONTEXT_MARKERS)
+
+
+# How providers word a refusal of the conversation's structure (what a view can get wrong: a
+# tool result without its call, roles out of order, an item the input no longer holds).
+_VIEW = re.compile(
+    rb'"param"\s*:\s*"(?:messages|input)|tool_call|tool_use|tool_result|tool output|function call'
+    rb"|roles must alternate|messages\.\d|messages\.\[\d|input\[\d"
+)
+
+
+def outcome_kind(status: int, error: str | None, body: bytes) -> str:
+    """Whose doing an answer is, so that only the policy's count against the treated arm.
+
+    - ``ok``: a 200 with no error.
+    - ``context``: a refusal as over the model's window (the policy's to prevent).
+    - ``view``: a 4xx refusing the conversation's structure (what a compacted view can break),
+      or a failure of the proxy's own (a 5xx it did not relay): the policy's, as far as the
+      answer can tell (the client's own malformed history looks alike in both arms).
+    - ``client``: any other 4xx (a bad parameter, auth, a rate limit, a body too large) and a
+      client that went away: the client's doing, in either arm; never counted against one.
+    - ``upstream``: an upstream 5xx, a timeout, a reset: the upstream's state, which both arms
+      see alike; compared in the report, never judged as a treated-only error.
+    """
+    if status == 200 and error is None:
+        return "ok"
+    if is_context_error(status, body):
+        return "context"
+    if error == "client_disconnected":
+        return "client"
+    # The proxy's codes for the upstream's failures (timeout, reset, unreachable, too large).
+    upstream_failure = error is not None and error.startswith("upstream_")
+    if upstream_failure or (status >= 500 and error is None):
+        return "upstream"  # relayed from the upstream, or the upstream failed to answer
+    if status >= 500:
+        return "view"  # the proxy's own failure (while compacting, for one): the treated arm's
+    if status in (400, 422) and _VIEW.search(body[:KEEP].lower()):
+        return "view"
+    return "client"
 
 
 def repeated_calls(messages: list[Any]) -> int:

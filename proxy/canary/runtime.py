@@ -19,9 +19,10 @@ from typing import Any
 
 import orjson
 
-from proxy.canary.gate import Prices, arm_of, judge, split_arms
-from proxy.canary.outcome import add_usage, is_context_error, repeated_calls, usage_objects
+from proxy.canary.gate import Prices, arm_of, split_arms
+from proxy.canary.outcome import add_usage, outcome_kind, repeated_calls, usage_objects
 from proxy.canary.store import CanaryBook
+from proxy.canary.verdict import judge
 from proxy.config.sections import CanarySettings
 from proxy.config.settings import Settings
 from proxy.dialects.agent_compaction import agent_compaction
@@ -117,16 +118,19 @@ def request_figures(
         if reads is None or not reads.usage_per_round:
             usage = add_usage(usage, dialect.billed(usage_objects(body)))
         tool_call = tool_call or capture.tool_call
-    failed = exchange.status != 200 or exchange.error is not None
-    context = failed and is_context_error(exchange.status, body)
+    kind = outcome_kind(exchange.status, exchange.error, body)
     counted = {
         "requests": 1,
         "prompt": usage.prompt,
         "cached": usage.cached,
         "written": usage.written,
         "output": usage.output,
-        "context_errors": int(context),
-        "errors": int(failed and not context),
+        # Only the policy's doing counts against an arm (``outcome_kind``): a client's own 4xx
+        # and the upstream's failures are kept apart, so a client cannot make them the policy's.
+        "context_errors": int(kind == "context"),
+        "errors": int(kind == "view"),
+        "client_errors": int(kind == "client"),
+        "upstream_errors": int(kind == "upstream"),
         "reads": len(reads.reads) if reads is not None else 0,
         "repeats": exchange.repeats,
         "agent_compactions": int("agent_compaction" in exchange.dialect_notes),
@@ -134,7 +138,7 @@ def request_figures(
             usage, cached_ratio=dialect.cached_input_ratio, write_ratio=dialect.cache_write_ratio
         ),
     }
-    ending = None if failed else ("tool" if tool_call else "final")
+    ending = None if kind != "ok" else ("tool" if tool_call else "final")
     return counted, ending
 
 
@@ -176,7 +180,9 @@ class CanaryRecord:
                 m.canary_tokens.labels(arm, kind).inc(counted[key])
         for outcome, key in (
             ("context_error", "context_errors"),
-            ("upstream_error", "errors"),
+            ("view_error", "errors"),
+            ("client_error", "client_errors"),
+            ("upstream_error", "upstream_errors"),
             ("read", "reads"),
             ("repeat", "repeats"),
             ("agent_compaction", "agent_compactions"),

@@ -6,7 +6,12 @@
   Wilson intervals;
 - a difference of two means per session (re-acquisitions, cost), ``a - ratio x b``: a
   percentile bootstrap over sessions, with a fixed seed so the same figures give the same
-  verdict on every replica and every run.
+  verdict on every replica and every run;
+- the same two, weighted over strata (the gate's tenants): ``sum w_i (a_i - b_i)`` with the
+  weights summing to 1. Shares: Zou and Donner's MOVER for a linear combination of
+  independent shares (each Wilson interval's distance from its share, squared, weighted by
+  w_i^2), which is Newcombe's interval when there is one stratum. Means: a bootstrap that
+  resamples sessions within each stratum and arm, the plain bootstrap with one stratum.
 """
 
 from __future__ import annotations
@@ -49,6 +54,22 @@ def share_difference(
     return difference, (lower, upper)
 
 
+def weighted_share_difference(
+    cells: Sequence[tuple[int, int, int, int]], weights: Sequence[float], confidence: float = 0.95
+) -> tuple[float, Interval]:
+    """``sum w_i (a_i - b_i)`` of shares given as (events_a, trials_a, events_b, trials_b)
+    per stratum, and its MOVER interval (Newcombe's for one stratum of weight 1)."""
+    estimate, below, above = 0.0, 0.0, 0.0
+    for (events_a, trials_a, events_b, trials_b), weight in zip(cells, weights, strict=True):
+        share_a, share_b = events_a / trials_a, events_b / trials_b
+        low_a, high_a = wilson(events_a, trials_a, confidence)
+        low_b, high_b = wilson(events_b, trials_b, confidence)
+        estimate += weight * (share_a - share_b)
+        below += weight * weight * ((share_a - low_a) ** 2 + (high_b - share_b) ** 2)
+        above += weight * weight * ((high_a - share_a) ** 2 + (share_b - low_b) ** 2)
+    return estimate, (estimate - math.sqrt(below), estimate + math.sqrt(above))
+
+
 def mean_difference(
     a: Sequence[float],
     b: Sequence[float],
@@ -59,15 +80,35 @@ def mean_difference(
     seed: int = 20261204,
 ) -> tuple[float, Interval]:
     """``mean(a) - ratio x mean(b)`` and its percentile bootstrap interval."""
-    if not a or not b:
+    return weighted_mean_difference(
+        [(a, b)], [1.0], ratio=ratio, confidence=confidence, resamples=resamples, seed=seed
+    )
+
+
+def weighted_mean_difference(
+    groups: Sequence[tuple[Sequence[float], Sequence[float]]],
+    weights: Sequence[float],
+    *,
+    ratio: float = 1.0,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 20261204,
+) -> tuple[float, Interval]:
+    """``sum w_i (mean(a_i) - ratio x mean(b_i))`` and its percentile bootstrap interval,
+    sessions resampled within each stratum and arm."""
+    if not groups or any(not a or not b for a, b in groups):
         return 0.0, (-math.inf, math.inf)
-    estimate = sum(a) / len(a) - ratio * sum(b) / len(b)
+    pairs = list(zip(groups, weights, strict=True))
+    estimate = sum(w * (sum(a) / len(a) - ratio * sum(b) / len(b)) for (a, b), w in pairs)
     rng = random.Random(seed)
     draws = []
     for _ in range(resamples):
-        mean_a = sum(rng.choices(a, k=len(a))) / len(a)
-        mean_b = sum(rng.choices(b, k=len(b))) / len(b)
-        draws.append(mean_a - ratio * mean_b)
+        draw = 0.0
+        for (a, b), weight in pairs:
+            mean_a = sum(rng.choices(a, k=len(a))) / len(a)
+            mean_b = sum(rng.choices(b, k=len(b))) / len(b)
+            draw += weight * (mean_a - ratio * mean_b)
+        draws.append(draw)
     draws.sort()
     tail = (1 - confidence) / 2
     lower = draws[min(len(draws) - 1, int(tail * resamples))]

@@ -6,6 +6,10 @@ A session's figures are sums (``proxy.canary.gate.COUNTED``) plus its arm, first
 times and how its last answer ended. The state is the epoch (figures count from it: a resume
 starts a new one) and the pause (when, why, and the figures that tripped the gate); pausing
 is first-come, so exactly one replica records the rollback.
+
+A session's tenant (the hash ``proxy.state.sessions.tenant_of`` made of its key, never the key)
+is the head of its book key (``tenant\x1fsession``): ``sessions`` adds it to every session it
+reads, so figures written before the gate compared within tenants load as they are.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ class CanaryBook(Protocol):
     async def state(self) -> dict[str, Any]: ...
     async def pause(self, record: dict[str, Any]) -> bool: ...
     async def resume(self, now: float) -> None: ...
+
+
+def _with_tenant(key: str | bytes, session: dict[str, Any]) -> dict[str, Any]:
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    session["tenant"] = text.split("\x1f", 1)[0]
+    return session
 
 
 def _merged(
@@ -88,12 +98,11 @@ class SQLiteCanaryBook:
         return result
 
     async def sessions(self, since: float) -> list[dict[str, Any]]:
-        def read(db: sqlite3.Connection) -> list[bytes]:
-            return [
-                bytes(r[0]) for r in db.execute("SELECT data FROM canary_sessions WHERE last >= ?", (since,))
-            ]
+        def read(db: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            rows = db.execute("SELECT key, data FROM canary_sessions WHERE last >= ?", (since,))
+            return [(str(r[0]), bytes(r[1])) for r in rows]
 
-        return [orjson.loads(raw) for raw in await self._run(read)]
+        return [_with_tenant(key, orjson.loads(raw)) for key, raw in await self._run(read)]
 
     async def state(self) -> dict[str, Any]:
         def read(db: sqlite3.Connection) -> bytes | None:
@@ -164,12 +173,13 @@ class RedisCanaryBook:
         keys = await self.client.zrangebyscore("cpx:canary:idx", since, "+inf")
         found = []
         for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
             async with self.client.pipeline(transaction=False) as pipe:
-                for key in keys[start : start + 500]:
+                for key in batch:
                     pipe.hgetall(b"cpx:canary:s:" + _as_bytes(key))
-                for raw in await pipe.execute():
+                for key, raw in zip(batch, await pipe.execute(), strict=True):
                     if raw:
-                        found.append(_decoded(raw))
+                        found.append(_with_tenant(_as_bytes(key), _decoded(raw)))
         return found
 
     async def state(self) -> dict[str, Any]:

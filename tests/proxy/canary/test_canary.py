@@ -6,9 +6,10 @@ from typing import Any
 
 import orjson
 
-from proxy.canary.gate import ArmFigures, Prices, arm_of, judge
+from proxy.canary.gate import ArmFigures, Prices, arm_of
 from proxy.canary.outcome import is_context_error, repeated_calls, usage_objects
 from proxy.canary.stats import mean_difference, share_difference, wilson
+from proxy.canary.verdict import judge
 from proxy.config.sections import CanaryGate
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Usage
