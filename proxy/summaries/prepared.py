@@ -1,7 +1,8 @@
 """Model summaries prepared ahead, so a compaction point never waits for the summarizer.
 
-Two moments start a preparation, each off the request path (bounded per process and per
-tenant, with the summarizer's timeout; a newer preparation of a session replaces an older one):
+Two moments start a preparation, each off the request path (queued fairly across tenants
+under one bound per process, ``prepare_queue.py``, with the summarizer's timeout; a newer
+preparation of a session replaces an older one):
 
 - a request passes the ``prepare_at`` mark (a share of the window, below the high-water mark):
   the policy runs once more in the background, as if this request were a compaction point,
