@@ -262,8 +262,13 @@ class SummarizerSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     # prepared summary, or the ledger alone at once). On by default: a summarizer's latency
     # (seconds) must not land on the agent's step. null: a compaction point waits for it.
     prepare_at: Annotated[float, msgspec.Meta(gt=0, lt=1)] | None = 0.6
-    # Preparations running at once, per process and per tenant.
-    prepare_concurrency: Annotated[int, msgspec.Meta(ge=1)] = 2
+    # Preparations running at once per process, all tenants: served round-robin by tenant,
+    # newest range first within one (proxy/summaries/prepare_queue.py). 4 in flight at 2-5 s a
+    # summary make about one a second, far under a small model's rate limits.
+    prepare_concurrency: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    # Preparations of one tenant waiting for a slot; past it the oldest waiting is dropped
+    # (counted: prepared_summaries_total{result="dropped"}).
+    prepare_queue: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
 
     def __post_init__(self) -> None:
         if self.base_url is not None and not re.match(r"^https?://[^/\s]+", self.base_url):

@@ -1,7 +1,8 @@
 """Model summaries prepared ahead, so a compaction point never waits for the summarizer.
 
-Two moments start a preparation, each off the request path (bounded per process and per
-tenant, with the summarizer's timeout; a newer preparation of a session replaces an older one):
+Two moments start a preparation, each off the request path (queued fairly across tenants
+under one bound per process, ``prepare_queue.py``, with the summarizer's timeout; a newer
+preparation of a session replaces an older one):
 
 - a request passes the ``prepare_at`` mark (a share of the window, below the high-water mark):
   the policy runs once more in the background, as if this request were a compaction point,
@@ -22,100 +23,22 @@ and recorded (``prepared: rejected: <why>`` or ``stale`` in the event, and a met
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
+from typing import Any
 
 import orjson
 
-from policies.ledger import Ledger
 from policies.pipeline import Checkpoint, PolicyOutcome
 from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings
+from proxy.summaries.prepare_queue import FairQueue
+from proxy.summaries.prepared_checks import Prepared, check, decoded
 from proxy.summaries.prepared_store import PreparedStore, make_prepared_store
 from proxy.telemetry.metrics import Metrics
-
-_HANDLE = re.compile(r"\bout_[0-9a-f]{16}\b")
-# A path-like word: a file name with an extension, possibly under directories.
-_FILE = re.compile(
-    r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|c|h|cc|cpp|md|txt|json|yml|yaml|toml|cfg|ini|sh))\b"
-)
-# An exact identifier: a word with an underscore, a dot inside, or a lower-to-upper change
-# (snake_case, module.attr, camelCase); plain words may be capitalized at will.
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def _identifiers(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text) if "_" in w or "." in w or re.search(r"[a-z][A-Z]", w)]
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    start: int
-    digests: tuple[str, ...]
-    result: SummaryResult
-    made: float
-
-
-def known_names(ledger: Ledger) -> tuple[set[str], set[str], dict[str, str]]:
-    """The handles, files and identifiers the ledger knows (identifiers by lower case)."""
-    text = " ".join(
-        [
-            ledger.goal,
-            *(f.path for f in ledger.files),
-            *(c.command for c in ledger.commands),
-            *ledger.errors,
-            *ledger.open_items,
-        ]
-    )
-    files = {f.path for f in ledger.files} | {m.group(1) for m in _FILE.finditer(text)}
-    words = {w.lower(): w for w in _identifiers(text)}
-    return set(ledger.handles), files, words
-
-
-def check(
-    prepared: Prepared, request: SummaryRequest, max_tokens: int, count: Callable[[str], int]
-) -> str | None:
-    """Why ``prepared`` may not stand for ``request``'s summary, or None when it may."""
-    start, _ = request.covered
-    covered = request.covered_digests
-    if prepared.start != start or prepared.digests != covered[: len(prepared.digests)]:
-        return "stale"
-    if len(prepared.digests) > len(covered):
-        return "stale"
-    text = prepared.result.text
-    handles, files, words = known_names(request.ledger)
-    unknown_handle = next((h for h in _HANDLE.findall(text) if h not in handles), None)
-    if unknown_handle is not None:
-        return f"rejected: names handle {unknown_handle}, which the ledger does not know"
-    unknown_file = next(
-        (f for f in (m.group(1) for m in _FILE.finditer(text)) if not _known_file(f, files)), None
-    )
-    if unknown_file is not None:
-        return f"rejected: names file {unknown_file}, which the ledger does not know"
-    for word in _identifiers(text):
-        spelled = words.get(word.lower())
-        if spelled is not None and spelled != word:
-            return f"rejected: spells {spelled} as {word}"
-    if count(text) > max_tokens:
-        return "rejected: over the summary budget"
-    return None
-
-
-def _decoded(raw: bytes) -> Prepared | None:
-    try:
-        data = orjson.loads(raw)
-        result = SummaryResult(**data["result"])
-        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None
-
-
-def _known_file(name: str, files: set[str]) -> bool:
-    return name in files or any(f.endswith("/" + name) or name.endswith("/" + f) for f in files)
 
 
 class PreparedSummaries:
@@ -126,71 +49,85 @@ class PreparedSummaries:
         *,
         max_tokens: int,
         count: Callable[[str], int],
-        concurrency: int = 2,
+        concurrency: int = 4,
+        queue: int = 64,
         timeout: float = 60.0,
         max_sessions: int = 10_000,
         counted: Callable[[str], None] = lambda result: None,
+        missed: Callable[[str], None] = lambda reason: None,
+        depth: Callable[[int], None] = lambda queued: None,
         shared: PreparedStore | None = None,
         spent: Callable[[int, int], None] = lambda input_tokens, output_tokens: None,
     ) -> None:
+        """``concurrency``: preparations in flight in this process, all tenants; ``queue``: per
+        tenant waiting for a slot (``prepare_queue.py`` has the rules); ``missed(reason)``: a
+        point found nothing ready, and why; ``depth(n)``: preparations waiting."""
         self.max_tokens = max_tokens
         self.count = count
         self.timeout = timeout
         self.max_sessions = max_sessions
         self.counted = counted
+        self.missed = missed
         # The summarizer's tokens spent on preparations (used or not): their cost.
         self.spent = spent
         # Other processes on the same store (replicas on Redis, workers): what one prepares,
         # whichever serves the session's next point takes.
         self.shared = shared
-        self._slots = asyncio.Semaphore(concurrency)
-        self._concurrency = concurrency
+        self.queue = FairQueue(
+            concurrency=concurrency, per_tenant=queue, total=max_sessions, dropped=self._dropped, depth=depth
+        )
         self._ready: OrderedDict[str, Prepared] = OrderedDict()
         self._tried: OrderedDict[str, int] = OrderedDict()
+        # Why a session's last preparation made nothing (dropped, failed): a miss's reason.
+        self._lost: OrderedDict[str, str] = OrderedDict()
         self._dry_runs: dict[str, asyncio.Task[None]] = {}
-        self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
-        self._per_tenant: dict[str, int] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def tasks(self) -> set[asyncio.Task[None]]:
+        return self.queue.tasks
 
     def running(self, session: str) -> bool:
-        return session in self._running
+        """A preparation of ``session`` waits for a slot or runs."""
+        return self.queue.state(session) is not None
 
     def has(self, session: str) -> bool:
         return session in self._ready
 
-    def start(self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer) -> bool:
-        """Summarize ``request`` in the background for ``session``; False when at the bound."""
-        if self._per_tenant.get(tenant, 0) >= self._concurrency:
-            self.counted("skipped")
-            return False
-        previous = self._running.pop(session, None)
-        if previous is not None:
-            previous[0].cancel()  # a newer range of this session: the older one is stale
-        task = asyncio.ensure_future(self._prepare(tenant, session, request, summarizer))
-        self._running[session] = (task, id(task))
-        self._per_tenant[tenant] = self._per_tenant.get(tenant, 0) + 1
-        self.tasks.add(task)
-        task.add_done_callback(lambda t: self._done(tenant, session, t))
-        return True
+    def start(self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer) -> None:
+        """Summarize ``request`` in the background for ``session``, when its turn comes (a newer
+        range of the session replaces the one waiting or running: that one would be stale)."""
+        self._lost.pop(session, None)
 
-    def _done(self, tenant: str, session: str, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        self._per_tenant[tenant] = max(0, self._per_tenant.get(tenant, 1) - 1)
-        running = self._running.get(session)
-        if running is not None and running[1] == id(task):
-            del self._running[session]
+        def run() -> Coroutine[Any, Any, None]:
+            return self._prepare(tenant, session, request, summarizer)
+
+        self.queue.submit(tenant, session, run)
+
+    def _dropped(self, reason: str, session: str) -> None:
+        """A preparation that will not run: ``dropped`` (its tenant's queue was full; a later
+        miss of the session says so) or ``superseded`` (a newer range of its session)."""
+        self.counted(reason)
+        if reason == "dropped":
+            self._lose(session, reason)
+
+    def _lose(self, session: str, why: str) -> None:
+        self._lost[session] = why
+        self._lost.move_to_end(session)
+        while len(self._lost) > self.max_sessions:
+            self._lost.popitem(last=False)
 
     async def _prepare(
         self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer
     ) -> None:
-        async with self._slots:
-            try:
-                result = await asyncio.wait_for(summarizer.summarize(request), self.timeout)
-            except Exception:  # the ledger stands in, as for a summarizer failing at a point
-                self.counted("failed")
-                return
+        try:
+            result = await asyncio.wait_for(summarizer.summarize(request), self.timeout)
+        except Exception:  # the ledger stands in, as for a summarizer failing at a point
+            self._lose(session, "failed")
+            self.counted("failed")
+            return
         self.spent(result.input_tokens, result.output_tokens)
         if result.fallback_reason is not None or not result.text.strip():
+            self._lose(session, "failed")
             self.counted("failed")
             return
         prepared = Prepared(request.covered[0], request.covered_digests, result, time.time())
@@ -205,6 +142,12 @@ class PreparedSummaries:
             self._ready.popitem(last=False)
         self.counted("prepared")
 
+    def miss(self, session: str) -> str:
+        """Why a point of ``session`` found nothing ready: its preparation is ``queued`` (waiting
+        for a slot) or ``running``, was ``dropped`` (queue full) or ``failed``, or there was
+        ``none`` (the point came before the mark, or what was made was taken or evicted)."""
+        return self.queue.state(session) or self._lost.pop(session, None) or "none"
+
     async def take(
         self, tenant: str, session: str, request: SummaryRequest
     ) -> tuple[SummaryResult | None, str]:
@@ -218,7 +161,7 @@ class PreparedSummaries:
             except Exception:  # the store is away: this process's own, if any
                 stored = None
             if prepared is None and stored is not None:
-                prepared = _decoded(stored)
+                prepared = decoded(stored)
         if prepared is None:
             return None, "none_ready"
         why = check(prepared, request, self.max_tokens, self.count)
@@ -271,14 +214,15 @@ class PreparedSummaries:
         """Wait for this session's preparation in flight (its dry run, then its summarizer
         call): what a replay asks for, so that its decisions are those of a live proxy whose
         agent steps take longer than the summarizer."""
-        for task in (self._dry_runs.get(session), (self._running.get(session) or (None, 0))[0]):
-            if task is not None:
-                await asyncio.wait({task}, timeout=self.timeout)
+        dry_run = self._dry_runs.get(session)
+        if dry_run is not None:
+            await asyncio.wait({dry_run}, timeout=self.timeout)
+        job = self.queue.job(session)
+        if job is not None:
+            await asyncio.wait({job.done}, timeout=self.timeout)
 
     async def drain(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.queue.drain()
 
 
 class NeverWaiting:
@@ -304,7 +248,12 @@ class NeverWaiting:
         )
         if used is not None:
             return used
-        if not self.summaries.running(self.session):
+        state = self.summaries.queue.state(self.session)
+        if why == "none_ready":
+            self.summaries.missed(self.summaries.miss(self.session))
+        # A preparation running is kept (it covers a prefix of the next point's range); one
+        # still waiting gives way to this point's range, newer and as cheap to make.
+        if state != "running":
             self.summaries.start(self.tenant, self.session, request, self.model)
         return SummaryResult(text="", model="ledger", prompt_family="ledger", prepared=why)
 
@@ -337,9 +286,12 @@ def make_prepared(
         max_tokens=summarizer.max_output_tokens,
         count=lambda text: counter.count_text(text, settings.tokens.default_encoding),
         concurrency=summarizer.prepare_concurrency,
+        queue=summarizer.prepare_queue,
         timeout=summarizer.timeout,
         max_sessions=settings.sessions.max_sessions,
         counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
+        missed=lambda reason: metrics.prepared_summaries_missed.labels(reason).inc(),
+        depth=metrics.prepared_summaries_queued.set,
         shared=make_prepared_store(store) if store is not None else None,
         spent=spent,
     )

@@ -77,6 +77,8 @@ class Metrics:
     summary_seconds: Histogram
     prepared_summaries: Counter
     prepared_summary_tokens: Counter
+    prepared_summaries_missed: Counter
+    prepared_summaries_queued: Gauge
     summary_wait_seconds: Histogram
     shadow_compares: Counter
     canary_requests: Counter
@@ -252,7 +254,8 @@ class Metrics:
         self.prepared_summaries = Counter(
             "compaction_proxy_prepared_summaries",
             "Summaries prepared ahead (summarizer.prepare_at), by result: prepared, used, none_ready, "
-            "stale (the conversation changed under it), rejected (failed a check), failed, skipped.",
+            "stale (the conversation changed under it), rejected (failed a check), failed, dropped "
+            "(its tenant's queue was full), superseded (a newer range of its session).",
             ("result",),
             registry=r,
         )
@@ -261,6 +264,19 @@ class Metrics:
             "The summarizer's tokens spent preparing summaries ahead (used or not), by kind: input, output.",
             ("kind",),
             registry=r,
+        )
+        self.prepared_summaries_missed = Counter(
+            "compaction_proxy_prepared_summaries_missed",
+            "Compaction points that found no prepared summary ready, by why: queued (its preparation "
+            "waited for a slot), running, dropped (its tenant's queue was full), failed, none.",
+            ("reason",),
+            registry=r,
+        )
+        self.prepared_summaries_queued = Gauge(
+            "compaction_proxy_prepared_summaries_queued",
+            "Preparations waiting for a slot (summarizer.prepare_concurrency), all tenants.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.summary_wait_seconds = Histogram(
             "compaction_proxy_summary_wait_seconds",
