@@ -20,9 +20,10 @@ from litestar.params import FromQuery
 from policies.windows import ContextWindows
 from proxy.config.settings import Settings, settings_digest
 from proxy.state.sessions import credentials, explicit_session, tenant_of
+from proxy.state.sqlite_control import ControlPlaneBusy
 from proxy.state.store import Store
 from proxy.telemetry.metrics import CONTENT_TYPE, Metrics
-from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
+from proxy.telemetry.session_summary import PriceColumn, priced
 from proxy.wire.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 
 SERVICE = "compaction-proxy"
@@ -114,9 +115,12 @@ def event_routes(
             if scope is None:
                 return _refused(400, "Pass the tenant with an X-Session-Id.", "invalid_request_error")
             session = explicit_session(scope, session)
-        found = await store.events(
-            scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
-        )
+        try:
+            found = await store.events(
+                scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
+            )
+        except ControlPlaneBusy:
+            return _busy()
         return Response({"object": "list", "data": found})
 
     @get("/v1/compaction/sessions", media_type=MediaType.JSON)
@@ -125,16 +129,18 @@ def event_routes(
         limit: FromQuery[int] = 50,
         tenant: FromQuery[str | None] = None,
     ) -> Response[Any]:
-        """The caller's recent sessions, newest first, summed from their newest 5,000 events:
-        model, door, requests, tokens sent and sent upstream, compaction points, reads and the
-        estimated savings (the ``models`` table's ``input_price``), and the window the proxy
-        now holds the model to (``window_from``: ``provider`` when its upstream told it, else
-        ``table``)."""
+        """The caller's recent sessions, newest first, as the store keeps them summed from their
+        events (one row read a session, never the events themselves): model, door, requests,
+        tokens sent and sent upstream, compaction points, reads and the estimated savings (the
+        ``models`` table's ``input_price``), and the window the proxy now holds the model to
+        (``window_from``: ``provider`` when its upstream told it, else ``table``)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
-        found = await store.events(scope, limit=5000, newest=True)
-        rows = summarize_sessions(found, prices, limit=max(1, min(limit, 500)))
+        try:
+            rows = priced(await store.sessions(scope, limit=max(1, min(limit, 500))), prices)
+        except ControlPlaneBusy:
+            return _busy()
         told = learned() if learned is not None else {}
         for row in rows:
             # The window its policy held the session to: the provider's word where it gave one.
@@ -185,6 +191,13 @@ _PAGE_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
+
+
+def _busy() -> Response[Any]:
+    """Too many control-plane reads wait: refused at once, never queued on the data plane."""
+    refused = _refused(503, "Too many control-plane reads are waiting; retry shortly.", "overloaded_error")
+    refused.headers["retry-after"] = "1"
+    return refused
 
 
 def _refused(status: int, message: str, kind: str) -> Response[Any]:

@@ -4,8 +4,13 @@ balancer share sessions, checkpoints, saved outputs and events.
 Keys, all under ``cpx:``: ``out:<tenant>:<handle>`` (the output, written once with ``SET NX``,
 kept ``keep_days`` after its last read), ``seen:<tenant>:<handle>`` (a marker kept twice as
 long, so an expired handle answers "expired"), ``cp:<session>`` (tenant + checkpoint),
-``ev:<tenant>`` and ``ev:*`` (sorted sets of event ids by time) and ``evd:<id>`` (the event).
-Redis's own expiry does the cleaning; ``expire`` only trims the event indexes.
+``ev:<tenant>`` and ``ev:*`` (sorted sets of event ids by time) and ``evd:<id>`` (the event),
+``ss:<tenant>:<session>`` (a hash: the session's summary, counted up as its events are added)
+and ``sl:<tenant>`` and ``sl:*`` (sorted sets of sessions by their newest event). Redis's own
+expiry does the cleaning; ``expire`` only trims the event and session indexes.
+
+The control plane's work is bounded a call: the sessions list reads one hash a session shown,
+an events page examines at most ``SCAN_BUDGET`` event ids however few match its filter.
 
 Redis away must cost a request about a second at most, gone (connection refused) or hung
 (connected, never answering): every command has a ``timeout`` to connect and to answer, one
@@ -30,9 +35,13 @@ from redis.backoff import NoBackoff
 from policies.pipeline import Checkpoint, Offload
 from proxy.state.checkpoint_states import CheckpointState
 from proxy.state.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
+from proxy.state.session_rollup import rollup
 from proxy.state.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
 _ALL = "cpx:ev:*"
+_ALL_SESSIONS = "cpx:sl:*"
+# Event ids an events page examines at most (its filters may match few of them).
+SCAN_BUDGET = 10_000
 # After a failed command, every command fails at once for this long.
 PAUSE_SECONDS = 1.0
 _P = ParamSpec("_P")
@@ -149,7 +158,36 @@ class RedisStore:
             pipe.set(f"cpx:evd:{event_id}", msgspec.json.encode(event), ex=self.keep)
             pipe.zadd(f"cpx:ev:{tenant}", {event_id: float(event["time"])})
             pipe.zadd(_ALL, {event_id: float(event["time"])})
+            self._count_session(pipe, tenant, session, event)
             await pipe.execute()
+
+    def _count_session(self, pipe: Any, tenant: str, session: str, event: dict[str, Any]) -> None:
+        """The session's summary counted up in the event's own transaction: sums by
+        ``HINCRBY``, the newest event's fields by ``HSET`` (a session's events come in order)."""
+        one = rollup(session, event)
+        key = f"cpx:ss:{tenant}:{session}"
+        for name in _SUMS:
+            pipe.hincrby(key, name, one[name])
+        for model, tokens in one["saved_by_model"]:
+            pipe.hincrby(key, _SAVED + (model if model is not None else _NO_MODEL), tokens)
+        pipe.hsetnx(key, "first", one["first"])
+        latest = {name: one[name] for name in (*_LATEST, "last", "requests") if one[name] is not None}
+        pipe.hset(key, mapping=latest)
+        pipe.expire(key, self.keep)
+        pipe.zadd(f"cpx:sl:{tenant}", {session: one["last"]})
+        pipe.zadd(_ALL_SESSIONS, {f"{tenant}\x1f{session}": one["last"]})
+
+    @_guarded
+    async def sessions(self, tenant: str | None, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The ``limit`` sessions with the newest events, newest first: one hash read each."""
+        index = f"cpx:sl:{tenant}" if tenant is not None else _ALL_SESSIONS
+        members = [_as_bytes(m).decode() for m in await self.client.zrevrange(index, 0, limit - 1)]
+        keys = [(tenant, m) if tenant is not None else tuple(m.split("\x1f", 1)) for m in members]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for owner, session in keys:
+                pipe.hgetall(f"cpx:ss:{owner}:{session}")
+            found = await pipe.execute()
+        return [_summary(session, raw) for (_, session), raw in zip(keys, found, strict=True) if raw]
 
     @_guarded
     async def events(
@@ -165,7 +203,7 @@ class RedisStore:
         index = f"cpx:ev:{tenant}" if tenant is not None else _ALL
         found: list[dict[str, Any]] = []
         start = 0
-        while len(found) < limit:
+        while len(found) < limit and start < SCAN_BUDGET:
             ids: list[Any] = await (
                 self.client.zrevrangebyscore(index, "+inf", since, start=start, num=500)
                 if newest
@@ -193,9 +231,32 @@ class RedisStore:
     async def expire(self, keep_seconds: float, now: float | None = None) -> int:
         cutoff = (time.time() if now is None else now) - keep_seconds
         await self.client.zremrangebyscore(_ALL, "-inf", cutoff)
-        async for key in self.client.scan_iter(match="cpx:ev:t_*"):
-            await self.client.zremrangebyscore(key, "-inf", cutoff)
+        await self.client.zremrangebyscore(_ALL_SESSIONS, "-inf", cutoff)
+        for pattern in ("cpx:ev:t_*", "cpx:sl:t_*"):
+            async for key in self.client.scan_iter(match=pattern):
+                await self.client.zremrangebyscore(key, "-inf", cutoff)
         return 0
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+_SUMS = ("events", "tokens_sent", "tokens_upstream", "tokens_saved", "compaction_points", "reads")
+_LATEST = ("model", "client_session", "mode", "door", "policy")
+_SAVED = "saved\x1f"
+_NO_MODEL = "\x00"  # the tokens saved by events that named no model
+
+
+def _summary(session: str, raw: dict[Any, Any]) -> dict[str, Any]:
+    """A session's summary hash as the rollup ``proxy.state.session_rollup`` makes."""
+    fields = {_as_bytes(k).decode(): _as_bytes(v).decode() for k, v in raw.items()}
+    row: dict[str, Any] = {"session": session, **{name: fields.get(name) for name in _LATEST}}
+    row["first"], row["last"] = float(fields.get("first", 0)), float(fields.get("last", 0))
+    row.update({name: int(fields.get(name, 0)) for name in _SUMS})
+    row["requests"] = max(int(fields.get("requests", 0)), row["events"])
+    row["saved_by_model"] = [
+        [None if name == _SAVED + _NO_MODEL else name.removeprefix(_SAVED), int(value)]
+        for name, value in fields.items()
+        if name.startswith(_SAVED)
+    ]
+    return row

@@ -36,6 +36,8 @@ from proxy.state.checkpoint_states import (
     references,
 )
 from proxy.state.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
+from proxy.state.session_rollup import rollup
+from proxy.state.sqlite_control import ControlReader, ensure_summaries, write_summaries
 from proxy.state.sqlite_transaction import transaction
 from proxy.state.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
@@ -97,11 +99,16 @@ class SQLiteStore:
         # mostly empty. Readers in this process never wait for it: ``events`` writes it first.
         self.event_linger = event_linger
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        # The events API and the sessions list read on their own thread and connection: the
+        # data plane never waits behind them (``sqlite_control.py``).
+        self._control = ControlReader(self.path, busy_timeout)
+        self._opened = False
         self._local = threading.local()
         # Handles known to be stored, per tenant: content already stored is not written again.
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
-        # Each event's row, and its checkpoint template's row when that is to be written too.
-        self._event_rows: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = []
+        # Each event's row, its checkpoint template's row when that is to be written too, and
+        # its session's rollup (summed into ``session_summaries`` in the same transaction).
+        self._event_rows: list[tuple[tuple[Any, ...], tuple[Any, ...] | None, dict[str, Any]]] = []
         self._event_batch: _EventBatch | None = None
         self._templates = TemplateWrites()
 
@@ -116,6 +123,7 @@ class SQLiteStore:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA)
+            ensure_summaries(connection)
             self.path.chmod(0o600)
             self._local.connection = connection
         return connection
@@ -231,7 +239,8 @@ class SQLiteStore:
             data = msgspec.json.encode(by_reference(event, checkpoint))
             template = self._templates.row(tenant, checkpoint, time.time())
         row = (event["event_id"], tenant, session, event.get("policy", ""), event["time"], data)
-        self._event_rows.append((row, template))  # one append: the template goes with its event
+        # One append: the template and the rollup go with their event.
+        self._event_rows.append((row, template, rollup(session, event)))
         batch = self._event_batch
         if batch is None or batch.taken:
             batch = self._event_batch = _EventBatch()
@@ -261,20 +270,25 @@ class SQLiteStore:
         # after the swap finds it taken and starts the next batch.
         batch.taken = True
         taken, self._event_rows = self._event_rows, []
-        rows = [row for row, _ in taken]
-        states = [template for _, template in taken if template is not None]
-        if rows:
+        states = [template for _, template, _ in taken if template is not None]
+        if taken:
             with transaction(db):
                 db.executemany(
                     "INSERT INTO checkpoint_states (tenant, digest, time, data) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (tenant, digest) DO UPDATE SET time = excluded.time",
                     states,
                 )
-                db.executemany(
-                    "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
+                # Row by row: an event already written (by another process) is not summed twice.
+                written = [
+                    ((row[1], row[2]), summary)
+                    for row, _, summary in taken
+                    if db.execute(
+                        "INSERT OR IGNORE INTO events (id, tenant, session, policy, time, data) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        row,
+                    ).rowcount
+                ]
+                write_summaries(db, written)
 
     async def events(
         self,
@@ -296,7 +310,7 @@ class SQLiteStore:
             # A session's events are stored per policy as "<session>:<policy>".
             clauses.append("(session = ? OR substr(session, 1, ?) = ?)")
             values += [session, len(session) + 1, session + ":"]
-        await self.flush_events()  # this process's own events are read back at once
+        await self._before_control_read()
         order = "time DESC, id DESC" if newest else "time, id"
         query = f"SELECT data FROM events WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"  # noqa: S608
 
@@ -312,7 +326,21 @@ class SQLiteStore:
             expand(found, templates)
             return found
 
-        return await self._run(read)
+        return await self._control.run(read)
+
+    async def sessions(self, tenant: str | None, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The summaries (``proxy.state.session_rollup``) of the ``limit`` sessions with the
+        newest events, newest first: kept as the events were written, ``limit`` rows read."""
+        await self._before_control_read()
+        return await self._control.sessions(tenant, limit)
+
+    async def _before_control_read(self) -> None:
+        """This process's own events are read back at once (the pending batch is written
+        first), and the reader finds the file and its schema made by the store's thread."""
+        await self.flush_events()
+        if not self._opened:
+            await self._run(lambda db: None)
+            self._opened = True
 
     async def expire(self, keep_seconds: float, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -331,6 +359,8 @@ class SQLiteStore:
                 db.execute("DELETE FROM checkpoints WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM branches WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM events WHERE time < ?", (now - keep_seconds,))
+                # A session is listed while it has an event kept (its figures keep the expired).
+                db.execute("DELETE FROM session_summaries WHERE last < ?", (now - keep_seconds,))
                 db.execute(
                     "DELETE FROM checkpoint_states WHERE time < ?",
                     (now - keep_seconds - STATE_REFRESH_SECONDS,),
@@ -344,6 +374,7 @@ class SQLiteStore:
 
     async def close(self) -> None:
         await self.flush_events()
+        await self._control.close()
 
         def shutdown(db: sqlite3.Connection) -> None:
             db.close()

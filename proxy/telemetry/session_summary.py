@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.config.sections import ModelSettings
+from proxy.state.session_rollup import merge, rollup
 
 
 class PriceColumn:
@@ -37,63 +38,31 @@ class PriceColumn:
         return found if found is not None else self._default
 
 
-def _new_row(event: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "session": event.get("session", ""),
-        # The client's own X-Session-Id (bounded, as its events hold it); None when it sent none.
-        "client_session": event.get("client_session"),
-        "policy": event.get("policy"),
-        "mode": event.get("mode"),
-        "model": event.get("model"),
-        "door": event.get("dialect"),
-        "first": event.get("time", 0.0),
-        "last": event.get("time", 0.0),
-        "events": 0,
-        "requests": 0,
-        "tokens_sent": 0,
-        "tokens_upstream": 0,
-        "tokens_saved": 0,
-        "compaction_points": 0,
-        "reads": 0,
-        "savings_usd": None,
-    }
-
-
-def _add(row: dict[str, Any], event: Mapping[str, Any], prices: PriceColumn) -> None:
-    time = float(event.get("time") or 0.0)
-    if time >= row["last"]:
-        row["model"] = event.get("model") or row["model"]
-    row["client_session"] = row["client_session"] or event.get("client_session")
-    row["first"], row["last"] = min(row["first"], time), max(row["last"], time)
-    row["events"] += 1
-    row["requests"] = max(row["requests"], row["events"], int(event.get("request") or 0))
-    sent, upstream = int(event.get("tokens_before") or 0), int(event.get("tokens_after") or 0)
-    row["tokens_sent"] += sent
-    row["tokens_upstream"] += upstream
-    row["tokens_saved"] += sent - upstream
-    if event.get("trigger"):
-        row["compaction_points"] += 1
-    reads = event.get("read_tool_output")
-    if isinstance(reads, Mapping):
-        row["reads"] += len(reads.get("reads") or ())
-    price = prices.per_million(event.get("model"))
-    if price is not None:
-        row["savings_usd"] = (row["savings_usd"] or 0.0) + (sent - upstream) * price / 1e6
+def priced(rows: Iterable[Mapping[str, Any]], prices: PriceColumn) -> list[dict[str, Any]]:
+    """Session rollups (``proxy.state.session_rollup``) as the list shows them: the tokens saved
+    per model priced (``savings_usd``: None when no model has a price), the per-model figures
+    dropped."""
+    shown: list[dict[str, Any]] = []
+    for kept in rows:
+        row = {k: v for k, v in kept.items() if k != "saved_by_model"}
+        savings: float | None = None
+        for model, tokens in kept.get("saved_by_model") or ():
+            price = prices.per_million(model)
+            if price is not None:
+                savings = (savings or 0.0) + int(tokens) * price / 1e6
+        row["savings_usd"] = None if savings is None else round(savings, 6)
+        shown.append(row)
+    return shown
 
 
 def summarize_sessions(
     events: Iterable[Mapping[str, Any]], prices: PriceColumn, limit: int = 50
 ) -> list[dict[str, Any]]:
-    """The ``limit`` sessions with the newest events, newest first."""
+    """The ``limit`` sessions with the newest events, newest first: the same rollups a store
+    keeps as it writes events, summed here from the events themselves."""
     rows: dict[str, dict[str, Any]] = {}
     for event in events:
         key = str(event.get("session", ""))
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = _new_row(event)
-        _add(row, event, prices)
+        rows[key] = merge(rows.get(key), rollup(key, event))
     ordered = sorted(rows.values(), key=lambda r: r["last"], reverse=True)[:limit]
-    for row in ordered:
-        if row["savings_usd"] is not None:
-            row["savings_usd"] = round(row["savings_usd"], 6)
-    return ordered
+    return priced(ordered, prices)

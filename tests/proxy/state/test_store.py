@@ -228,7 +228,8 @@ async def test_outputs_are_appended_by_rowid_and_the_earlier_layout_still_works(
 
 async def test_a_batch_of_outputs_or_events_is_one_sqlite_transaction(store: SQLiteStore) -> None:
     """In autocommit mode ``with connection:`` begins nothing: without an explicit BEGIN each
-    row was its own transaction, rewriting the first page and every index page per row."""
+    row was its own transaction, rewriting the first page and every index page per row. The
+    events' session summary is read and written once, in the events' transaction."""
     statements: list[str] = []
     await store._run(lambda db: db.set_trace_callback(statements.append))
     await store.put_outputs("t", [Offload(f"out_{i}", f"text {i}", "d") for i in range(5)])
@@ -237,7 +238,8 @@ async def test_a_batch_of_outputs_or_events_is_one_sqlite_transaction(store: SQL
     )
     await store._run(lambda db: db.set_trace_callback(None))
     kinds = [s.split()[0] for s in statements]
-    assert kinds == ["BEGIN", *["INSERT"] * 5, "COMMIT", "BEGIN", *["INSERT"] * 5, "COMMIT"]
+    events = ["BEGIN", *["INSERT"] * 5, "SELECT", "INSERT", "COMMIT"]
+    assert kinds == ["BEGIN", *["INSERT"] * 5, "COMMIT", *events]
     assert len(await store.events("t", limit=10)) == 5
     assert (await store.get_output("t", "out_4")) is not None
     await store.close()
