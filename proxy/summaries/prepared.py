@@ -17,6 +17,11 @@ identifier it shares with the ledger is spelled as the ledger has it, and it fit
 summarizer's output budget. The steps after its end are in the ledger, which the stage
 regenerates for the exact range and always appends. A summary that fails a check is dropped
 and recorded (``prepared: rejected: <why>`` or ``stale`` in the event, and a metric).
+
+A preparation pays with the credential of the request that started it (its summarizer's, see
+credentials.py), and a prepared summary is served only to a request whose summary that same
+credential would pay for (``payer``): one made with the operator's key never reaches a client
+whose own key pays, nor the reverse.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ _FILE = re.compile(
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+# The payer of a summarizer that carries no credential of its own (a test's, the ledger).
+KEYLESS = "-"
+
+
 def _identifiers(text: str) -> list[str]:
     return [w for w in _WORD.findall(text) if "_" in w or "." in w or re.search(r"[a-z][A-Z]", w)]
 
@@ -58,6 +67,8 @@ class Prepared:
     digests: tuple[str, ...]
     result: SummaryResult
     made: float
+    # The digest of the credential that paid (``SummaryCredential.payer``), never the key.
+    payer: str = "unknown"
 
 
 def known_names(ledger: Ledger) -> tuple[set[str], set[str], dict[str, str]]:
@@ -109,7 +120,9 @@ def _decoded(raw: bytes) -> Prepared | None:
     try:
         data = orjson.loads(raw)
         result = SummaryResult(**data["result"])
-        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]))
+        # One stored before payers were recorded matches no request ("unknown").
+        payer = str(data.get("payer") or "unknown")
+        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]), payer)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
@@ -193,7 +206,8 @@ class PreparedSummaries:
         if result.fallback_reason is not None or not result.text.strip():
             self.counted("failed")
             return
-        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time())
+        payer = str(getattr(summarizer, "payer", KEYLESS))
+        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer)
         self._ready[session] = prepared
         self._ready.move_to_end(session)
         if self.shared is not None:
@@ -206,10 +220,12 @@ class PreparedSummaries:
         self.counted("prepared")
 
     async def take(
-        self, tenant: str, session: str, request: SummaryRequest
+        self, tenant: str, session: str, request: SummaryRequest, payer: str = KEYLESS
     ) -> tuple[SummaryResult | None, str]:
         """The prepared summary standing for ``request``'s (this process's, else one another
-        process prepared), or None and why. Taken: never used twice."""
+        process prepared), or None and why. Taken: never used twice. ``payer``: the credential
+        that would pay for this request's summary; one another credential paid for is not
+        served."""
         self._tried.pop(session, None)  # a new cycle: the next mark prepares afresh
         prepared = self._ready.pop(session, None)
         if self.shared is not None:
@@ -221,6 +237,8 @@ class PreparedSummaries:
                 prepared = _decoded(stored)
         if prepared is None:
             return None, "none_ready"
+        if prepared.payer != payer or payer == "refused":
+            return None, "rejected: prepared with another credential"
         why = check(prepared, request, self.max_tokens, self.count)
         if why is not None:
             return None, why
@@ -298,7 +316,8 @@ class NeverWaiting:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         if self.wait:
             await self.summaries.settle(self.session)
-        used, why = await self.summaries.take(self.tenant, self.session, request)
+        payer = str(getattr(self.model, "payer", KEYLESS))
+        used, why = await self.summaries.take(self.tenant, self.session, request, payer)
         self.summaries.counted(
             "stale" if why == "stale" else "rejected" if why.startswith("rejected") else why
         )
