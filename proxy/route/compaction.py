@@ -24,9 +24,10 @@ from proxy.route.known_prefix import KnownPrefixes
 from proxy.route.large_requests import LargeRequests, LargeWorker
 from proxy.route.session_checkpoints import SessionCheckpoints
 from proxy.state.session_index import Resolution
-from proxy.state.sessions import MemorySessions, bearer_key, root_session
+from proxy.state.sessions import MemorySessions, root_session
 from proxy.state.store import Store
 from proxy.state.token_factors import ScaledWindows
+from proxy.summaries.credentials import SummaryCredential
 from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.summaries.summarizer import OpenAISummarizer
 from proxy.telemetry.metrics import Metrics
@@ -36,6 +37,8 @@ from proxy.wire.forwarding import header_value
 Headers = list[tuple[bytes, bytes]]
 # A provider's scheme, host and port.
 Origin = tuple[str, str, int]
+# The header a provider gets for a client that sends no credential (the operator's key).
+Fallback = tuple[bytes, bytes]
 
 
 @dataclass(slots=True)
@@ -109,12 +112,15 @@ class CompactionService:
         # A policy without stages keeps no session state: named only if its events are recorded.
         return bool(policy.stages) or self.record_skipped
 
-    def _summarizer_key(self, headers: Headers, client_origin: Origin | None) -> str | None:
-        """The client's bearer credential, for a model summarizer at the very provider the
-        client addressed; None otherwise (the summarizer's own key, or none, is used then)."""
-        if self.summarizer is None or not self.summarizer.takes_key_for(client_origin):
-            return None
-        return bearer_key(headers)
+    def _credential(
+        self, headers: Headers, client_origin: Origin | None, fallback: Fallback | None
+    ) -> SummaryCredential:
+        """What pays for this client's summary: the credential its own request uses upstream
+        (its own, only at the provider it addressed; the operator's only for a client that
+        sends none, where the operator's key is what that provider gets). See credentials.py."""
+        if self.summarizer is None:
+            return SummaryCredential()
+        return self.summarizer.credential_for(headers, client_origin, fallback)
 
     async def compact(
         self,
@@ -126,10 +132,12 @@ class CompactionService:
         skipped: str | None,
         client_origin: Origin | None = None,
         counter: TokenCounter | None = None,
+        fallback: Fallback | None = None,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
-        is for that upstream only). ``counter``: the request's own (``for_request``)."""
+        is for that upstream only); ``fallback``: what that provider gets for a client that
+        sends no credential. ``counter``: the request's own (``for_request``)."""
         counter = counter or self.counter
         encoding = counter.encoding_for(neutral.get("model"))
         if not counter.is_loaded(encoding):
@@ -182,8 +190,9 @@ class CompactionService:
             top_fields=neutral,
             skipped=skipped,
         )
+        paid = self._credential(headers, client_origin, fallback)
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, client_origin, dry_run
+            effective, headers, tenant, session, resolution, compacted, compute, paid, dry_run
         )
         self.known.keep(known_key, messages, adopted, encoding, counter, digests, compacted.outcome.messages)
         return compacted
@@ -198,13 +207,21 @@ class CompactionService:
         headers: Headers,
         client_origin: Origin | None = None,
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
+        fallback: Fallback | None = None,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for every phase:
         it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
         ``restore`` hook puts back, when it could put anything back (it holds the state)."""
         async with self.large.worker() as worker:
             return await self._compact_in(
-                worker, body, dialect, policy, tenant, headers, client_origin, restore
+                worker,
+                body,
+                dialect,
+                policy,
+                tenant,
+                headers,
+                self._credential(headers, client_origin, fallback),
+                restore,
             )
 
     async def _compact_in(
@@ -215,7 +232,7 @@ class CompactionService:
         policy: Policy,
         tenant: str,
         headers: Headers,
-        client_origin: Origin | None,
+        credential: SummaryCredential,
         restore: Callable[[list[Any]], Awaitable[Any]] | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
@@ -265,14 +282,14 @@ class CompactionService:
                 checkpoint=checkpoint,
                 injected_tokens=self.injected_tokens(encoding),
                 session=session,
-                client_key=self._summarizer_key(headers, client_origin),
+                credential=credential,
                 skip=skip,
             )
             outcome, compacted.view_body = computed.outcome()
             return outcome
 
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, client_origin
+            effective, headers, tenant, session, resolution, compacted, compute, credential
         )
         if compacted.view_body is not None:
             compacted.top_fields = compacted.view_body
@@ -287,11 +304,12 @@ class CompactionService:
         resolution: Resolution | None,
         compacted: Compacted,
         compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
-        client_origin: Origin | None = None,
+        credential: SummaryCredential,
         dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]] | None = None,
     ) -> PolicyOutcome:
         """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
-        from its checkpoint; store what it offloaded and keep its next checkpoint."""
+        from its checkpoint; store what it offloaded and keep its next checkpoint.
+        ``credential``: what pays for this client's summaries, prepared ones too."""
         if not policy.stages:
             return await compute(None, None)
         async with self.sessions.lock(session):
@@ -302,19 +320,17 @@ class CompactionService:
                 checkpoint, compacted.session_fork = await self.checkpoints.inherited(
                     tenant, resolution, policy.name
                 )
-            summarizer: Any = (
-                self.summarizer.for_session(session, self._summarizer_key(headers, client_origin))
-                if self.summarizer
-                else None
-            )
+            summarizer: Any = self.summarizer.for_session(session, credential) if self.summarizer else None
             model = summarizer
-            if self.prepared is not None and model is not None:
+            # No credential of this client's may pay: nothing is prepared for it either.
+            prepared = self.prepared if model is not None and model.payable else None
+            if prepared is not None:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
-                summarizer = NeverWaiting(self.prepared, tenant, session, model, wait)
+                summarizer = NeverWaiting(prepared, tenant, session, model, wait)
             outcome = await compute(checkpoint, summarizer)
-            if self.prepared is not None and model is not None and dry_run is not None:
-                task = self.prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
+            if prepared is not None and dry_run is not None:
+                task = prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
                 if task is not None:
                     self.background.add(task)
                     task.add_done_callback(self.background.discard)

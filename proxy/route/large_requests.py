@@ -40,6 +40,7 @@ from proxy.route.large_worker import (
     read_in_worker,
 )
 from proxy.state.store import encode_checkpoint
+from proxy.summaries.credentials import SummaryCredential
 
 
 class LargeRequests:
@@ -155,7 +156,7 @@ class LargeWorker:
         checkpoint: Checkpoint | None,
         injected_tokens: int,
         session: str,
-        client_key: str | None,
+        credential: SummaryCredential,
         skip: bool,
     ) -> Computed:
         loop = asyncio.get_running_loop()
@@ -169,6 +170,6 @@ class LargeWorker:
             encoded,
             injected_tokens,
             session,
-            client_key,
+            credential,
             skip,
         )

@@ -31,6 +31,7 @@ from proxy.dialects.agent_compaction import agent_compaction
 from proxy.dialects.base import Parsed
 from proxy.state.memory import malloc_trim
 from proxy.state.store import decode_checkpoint, encode_checkpoint
+from proxy.summaries.credentials import SummaryCredential
 from proxy.wire.errors import ProxyError
 from proxy.wire.json_body import dump_json, parse_json
 
@@ -220,7 +221,7 @@ def apply_in_worker(
     checkpoint: bytes | None,
     injected_tokens: int,
     session: str,
-    client_key: str | None,
+    credential: SummaryCredential,
     skip: bool,
 ) -> Computed:
     assert _worker is not None
@@ -228,7 +229,7 @@ def apply_in_worker(
     chosen = _worker.policies[policy]
     if skip:
         chosen = Policy(name=chosen.name, description=chosen.description, stages=())
-    summarizer = _worker.summarizer.for_session(session, client_key) if _worker.summarizer else None
+    summarizer = _worker.summarizer.for_session(session, credential) if _worker.summarizer else None
     outcome = _worker.loop.run_until_complete(
         chosen.apply(
             parsed.neutral,

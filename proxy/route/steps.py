@@ -264,7 +264,8 @@ class CompactingRoute:
 
     async def _compact(self, draft: Draft) -> bool:
         assert draft.policy is not None
-        # The client's credential is for the provider its request addressed, and only there.
+        # The client's credential is for the provider its request addressed, and only there;
+        # the operator's key (the provider's fallback) pays only for a client that sends none.
         base = draft.provider.base
         origin = (base.scheme, base.host, base.port)
         parsed = draft.parsed
@@ -278,6 +279,7 @@ class CompactingRoute:
                     headers=draft.headers,
                     client_origin=origin,
                     restore=restore_lookup(draft),
+                    fallback=draft.provider.fallback,
                 )
             except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -290,6 +292,7 @@ class CompactingRoute:
                 skipped=draft.skipped,
                 client_origin=origin,
                 counter=draft.counter,
+                fallback=draft.provider.fallback,
             )
             compacted.stream, compacted.notes, compacted.top_fields = parsed.stream, parsed.notes, parsed.body
         draft.compacted = compacted

@@ -18,6 +18,11 @@ identifier it shares with the ledger is spelled as the ledger has it, and it fit
 summarizer's output budget. The steps after its end are in the ledger, which the stage
 regenerates for the exact range and always appends. A summary that fails a check is dropped
 and recorded (``prepared: rejected: <why>`` or ``stale`` in the event, and a metric).
+
+A preparation pays with the credential of the request that started it (its summarizer's, see
+credentials.py), and a prepared summary is served only to a request whose summary that same
+credential would pay for (``payer``): one made with the operator's key never reaches a client
+whose own key pays, nor the reverse.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from proxy.summaries.prepare_queue import FairQueue
 from proxy.summaries.prepared_checks import Prepared, check, decoded
 from proxy.summaries.prepared_store import PreparedStore, make_prepared_store
 from proxy.telemetry.metrics import Metrics
+
+# The payer of a summarizer that carries no credential of its own (a test's, the ledger).
+KEYLESS = "-"
 
 
 class PreparedSummaries:
@@ -130,7 +138,8 @@ class PreparedSummaries:
             self._lose(session, "failed")
             self.counted("failed")
             return
-        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time())
+        payer = str(getattr(summarizer, "payer", KEYLESS))
+        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer)
         self._ready[session] = prepared
         self._ready.move_to_end(session)
         if self.shared is not None:
@@ -149,10 +158,12 @@ class PreparedSummaries:
         return self.queue.state(session) or self._lost.pop(session, None) or "none"
 
     async def take(
-        self, tenant: str, session: str, request: SummaryRequest
+        self, tenant: str, session: str, request: SummaryRequest, payer: str = KEYLESS
     ) -> tuple[SummaryResult | None, str]:
         """The prepared summary standing for ``request``'s (this process's, else one another
-        process prepared), or None and why. Taken: never used twice."""
+        process prepared), or None and why. Taken: never used twice. ``payer``: the credential
+        that would pay for this request's summary; one another credential paid for is not
+        served."""
         self._tried.pop(session, None)  # a new cycle: the next mark prepares afresh
         prepared = self._ready.pop(session, None)
         if self.shared is not None:
@@ -164,6 +175,8 @@ class PreparedSummaries:
                 prepared = decoded(stored)
         if prepared is None:
             return None, "none_ready"
+        if prepared.payer != payer or payer == "refused":
+            return None, "rejected: prepared with another credential"
         why = check(prepared, request, self.max_tokens, self.count)
         if why is not None:
             return None, why
@@ -242,7 +255,8 @@ class NeverWaiting:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         if self.wait:
             await self.summaries.settle(self.session)
-        used, why = await self.summaries.take(self.tenant, self.session, request)
+        payer = str(getattr(self.model, "payer", KEYLESS))
+        used, why = await self.summaries.take(self.tenant, self.session, request, payer)
         self.summaries.counted(
             "stale" if why == "stale" else "rejected" if why.startswith("rejected") else why
         )

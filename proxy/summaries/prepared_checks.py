@@ -34,6 +34,8 @@ class Prepared:
     digests: tuple[str, ...]
     result: SummaryResult
     made: float
+    # The digest of the credential that paid (``SummaryCredential.payer``), never the key.
+    payer: str = "unknown"
 
 
 def known_names(ledger: Ledger) -> tuple[set[str], set[str], dict[str, str]]:
@@ -85,7 +87,9 @@ def decoded(raw: bytes) -> Prepared | None:
     try:
         data = orjson.loads(raw)
         result = SummaryResult(**data["result"])
-        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]))
+        # One stored before payers were recorded matches no request ("unknown").
+        payer = str(data.get("payer") or "unknown")
+        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]), payer)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 

@@ -21,6 +21,7 @@ import orjson
 from policies.prompts import summary_messages
 from policies.summarizer import SummaryRequest, SummaryResult
 from proxy.config.sections import SummarizerSettings
+from proxy.summaries.credentials import Origin, Pair, SummaryCredential, summary_credential
 
 _RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 
@@ -61,29 +62,44 @@ class OpenAISummarizer:
         )
         # The upstream's key and the clients' keys are for the upstream's host: they go to a
         # summarizer on another host only if configured there explicitly (summarizer.api_key).
+        # Which one pays for a given client's summary: ``credential_for`` (credentials.py).
         self.same_host = settings.base_url is None or _origin(settings.base_url) == _origin(base_url)
-        self.api_key = settings.api_key or (api_key if self.same_host else None)
+        self.operator_key = settings.api_key or (api_key if self.same_host else None)
         self.origin = _origin(settings.base_url or base_url)
         self.calls = 0
         self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
 
-    def takes_key_for(self, client_origin: tuple[str, str, int] | None) -> bool:
+    def takes_key_for(self, client_origin: Origin | None) -> bool:
         """Whether a client's credential, presented for the upstream at ``client_origin`` (the
         provider its request addressed), may go to this summarizer: only to that same scheme,
         host and port. An Anthropic token never goes to an OpenAI host, whatever the config."""
         return client_origin is not None and client_origin == self.origin
 
-    def for_session(self, session: str, client_key: str | None = None) -> SessionSummarizer:
-        """The summarizer for one session; without a configured key it uses the key of the
-        client whose request is being compacted (the caller passes it only when
-        ``takes_key_for`` the provider the client addressed)."""
+    def credential_for(
+        self, client_headers: list[Pair], client_origin: Origin | None, fallback: Pair | None
+    ) -> SummaryCredential:
+        """The credential that pays for this client's summary: the one its own request uses
+        upstream (``fallback``: the operator's key, which the addressed provider gets for a
+        client that sends none; credentials.py has the whole rule)."""
+        return summary_credential(
+            client_headers,
+            client_origin=client_origin,
+            fallback=fallback,
+            summarizer_origin=self.origin,
+            summarizer_key=self.settings.api_key,
+            operator_key=self.operator_key,
+        )
+
+    def for_session(self, session: str, credential: SummaryCredential) -> SessionSummarizer:
+        """The summarizer for one session, paying with ``credential`` (``credential_for`` the
+        client whose request is being compacted)."""
         breaker = self._breakers.pop(session, None) or _Breaker()
         self._breakers[session] = breaker
         while len(self._breakers) > 10_000:
             self._breakers.popitem(last=False)
-        return SessionSummarizer(self, breaker, self.api_key or client_key)
+        return SessionSummarizer(self, breaker, credential)
 
-    async def _call(self, request: SummaryRequest, api_key: str | None) -> SummaryResult:
+    async def _call(self, request: SummaryRequest, credential: tuple[Pair, ...]) -> SummaryResult:
         limit = self.settings.max_input_tokens
         # Input and output share the model's window; ~3 characters per token is conservative
         # for code and logs.
@@ -95,9 +111,8 @@ class OpenAISummarizer:
             "max_tokens": self.settings.max_output_tokens,
             "temperature": 0,
         }
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
+        # The credential's headers exactly as the upstream gets them for this client.
+        headers = [(b"content-type", b"application/json"), *credential]
         started = time.perf_counter()
         attempt = 0
         while True:
@@ -117,7 +132,7 @@ class OpenAISummarizer:
                 raise SummarizerError(f"summarizer answered HTTP {status}")
             return _parse(content, prompt.family, prompt.version, time.perf_counter() - started)
 
-    async def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    async def _post(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
         """One call: its status and its answer's bytes. The whole call (connecting, sending,
         every byte of the answer) holds to ``timeout``: a server that trickles its answer a
         byte at a time, or stops mid-body, never holds a preparation or a compaction point
@@ -180,18 +195,30 @@ class _Breaker:
 
 
 class SessionSummarizer:
-    def __init__(self, parent: OpenAISummarizer, breaker: _Breaker, api_key: str | None) -> None:
+    def __init__(self, parent: OpenAISummarizer, breaker: _Breaker, credential: SummaryCredential) -> None:
         self.parent = parent
         self.breaker = breaker
-        self.api_key = api_key
+        self.credential = credential
+
+    @property
+    def payer(self) -> str:
+        """Which credential pays (a digest): prepared summaries are served under it only."""
+        return self.credential.payer
+
+    @property
+    def payable(self) -> bool:
+        return self.credential.refused is None
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         settings = self.parent.settings
+        if self.credential.refused is not None:
+            # No credential of this client's may pay: the ledger, not a failure of the model.
+            raise SummarizerError(self.credential.refused)
         now = time.monotonic()
         if self.breaker.open_until > now:
             raise BreakerOpen(f"circuit open after {settings.breaker_failures} consecutive failures")
         try:
-            result = await self.parent._call(request, self.api_key)
+            result = await self.parent._call(request, self.credential.headers)
         except SummarizerError:
             self.breaker.failures += 1
             if self.breaker.failures >= settings.breaker_failures:

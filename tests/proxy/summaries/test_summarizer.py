@@ -15,6 +15,7 @@ from policies.pipeline import build_policy
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
 from proxy.config.settings import SummarizerSettings
+from proxy.summaries.credentials import bearer
 from proxy.summaries.summarizer import BreakerOpen, OpenAISummarizer, SummarizerError
 from tests.fake_upstream import FakeUpstream, Reply, completion
 
@@ -39,6 +40,8 @@ HISTORY: list[Any] = [
         "content": "1 failed, 49 passed in 8.42s\n[exit code 1]",
     },
 ]
+# The credential a session's summaries are paid with (credentials.py decides it per client).
+PAID = bearer("sk-summarizer")
 GOOD = "## Goal\nFix the parser.\n## Evidence\nThe test run shows 1 failed, 49 passed."
 
 
@@ -58,7 +61,7 @@ def make(base_url: str, **overrides: Any) -> OpenAISummarizer:
 async def test_success_against_a_real_local_server(upstream: FakeUpstream) -> None:
     upstream.queue(Reply(body=completion(GOOD, model="small-model")))
     summarizer = make(upstream.base_url)
-    result = await summarizer.for_session("s").summarize(request())
+    result = await summarizer.for_session("s", PAID).summarize(request())
     await summarizer.aclose()
     assert result.text == GOOD
     assert (result.model, result.prompt_family, result.prompt_version) == ("small-model", "hybrid_v2", "2")
@@ -75,7 +78,7 @@ async def test_timeout_is_a_failure_after_retries(upstream: FakeUpstream) -> Non
     upstream.queue(Reply(kind="hang"), Reply(kind="hang"))
     summarizer = make(upstream.base_url, timeout=0.2, max_retries=1)
     with pytest.raises(SummarizerError, match="timed out"):
-        await summarizer.for_session("s").summarize(request())
+        await summarizer.for_session("s", PAID).summarize(request())
     await summarizer.aclose()
     assert len(upstream.requests) == 2
 
@@ -86,7 +89,7 @@ async def test_500_is_retried_then_succeeds() -> None:
         side_effect=[httpx.Response(500, json={"error": {}}), httpx.Response(200, json=completion(GOOD))]
     )
     summarizer = make("http://summarizer.test/v1", max_retries=2)
-    result = await summarizer.for_session("s").summarize(request())
+    result = await summarizer.for_session("s", PAID).summarize(request())
     await summarizer.aclose()
     assert result.text == GOOD and route.call_count == 2
 
@@ -105,7 +108,7 @@ async def test_garbage_and_refusals_are_failures(response: httpx.Response, reaso
     respx.post("http://summarizer.test/v1/chat/completions").mock(return_value=response)
     summarizer = make("http://summarizer.test/v1", max_retries=0)
     with pytest.raises(SummarizerError, match=reason):
-        await summarizer.for_session("s").summarize(request())
+        await summarizer.for_session("s", PAID).summarize(request())
     await summarizer.aclose()
 
 
@@ -116,7 +119,7 @@ async def test_cut_off_answer_is_a_failure() -> None:
     respx.post("http://summarizer.test/v1/chat/completions").mock(return_value=httpx.Response(200, json=cut))
     summarizer = make("http://summarizer.test/v1", max_retries=0)
     with pytest.raises(SummarizerError, match="cut off"):
-        await summarizer.for_session("s").summarize(request())
+        await summarizer.for_session("s", PAID).summarize(request())
     await summarizer.aclose()
 
 
@@ -124,16 +127,16 @@ async def test_cut_off_answer_is_a_failure() -> None:
 async def test_circuit_breaker_opens_per_session_after_three_failures() -> None:
     route = respx.post("http://summarizer.test/v1/chat/completions").mock(return_value=httpx.Response(503))
     summarizer = make("http://summarizer.test/v1", max_retries=0, breaker_failures=3, breaker_cooldown=60)
-    session = summarizer.for_session("s1")
+    session = summarizer.for_session("s1", PAID)
     for _ in range(3):
         with pytest.raises(SummarizerError, match="HTTP 503"):
             await session.summarize(request())
     with pytest.raises(BreakerOpen):
-        await summarizer.for_session("s1").summarize(request())
+        await summarizer.for_session("s1", PAID).summarize(request())
     assert route.call_count == 3
     # Another session is not affected.
     with pytest.raises(SummarizerError, match="HTTP 503"):
-        await summarizer.for_session("s2").summarize(request())
+        await summarizer.for_session("s2", PAID).summarize(request())
     assert route.call_count == 4
     await summarizer.aclose()
 
@@ -152,7 +155,7 @@ async def test_a_failing_summarizer_falls_back_to_the_ledger_inside_a_policy() -
         {"model": "gpt-4o", "messages": history},
         TokenCounter(),
         window=4096,
-        summarizer=summarizer.for_session("s"),
+        summarizer=summarizer.for_session("s", PAID),
     )
     await summarizer.aclose()
     assert outcome.facts.summary.fallback_reason == "summarizer answered HTTP 500"
@@ -181,7 +184,7 @@ async def test_input_is_clipped_to_the_summarizer_models_window(upstream: FakeUp
     big = SummaryRequest(previous_summary=None, messages=history, ledger=build_ledger(history))
     upstream.queue(Reply(body=completion(GOOD, model="small-model")))
     summarizer = make(upstream.base_url, max_input_tokens=6000, max_output_tokens=400)
-    await summarizer.for_session("s").summarize(big)
+    await summarizer.for_session("s", PAID).summarize(big)
     await summarizer.aclose()
     content = "".join(m["content"] for m in upstream.requests[-1].json()["messages"])
     assert len(content) <= (6000 - 400) * 3

@@ -15,12 +15,16 @@ import pytest
 from policies.ledger_extraction import build_ledger
 from policies.summarizer import SummaryRequest
 from proxy.config.settings import SummarizerSettings
+from proxy.summaries.credentials import bearer
 from proxy.summaries.summarizer import OpenAISummarizer, SummarizerError, max_answer_bytes
 
 HISTORY: list[Any] = [
     {"role": "system", "content": "You fix bugs."},
     {"role": "user", "content": "Fix the parser in src/parse.py"},
 ]
+
+
+PAID = bearer("sk-x")
 
 
 def request() -> SummaryRequest:
@@ -61,7 +65,7 @@ async def test_a_20_mb_answer_is_refused_after_reading_at_most_the_limit() -> No
 
     body = Streamed(huge())
     with pytest.raises(SummarizerError, match=r"over \d+ bytes"):
-        await summarizer(body).for_session("s").summarize(request())
+        await summarizer(body).for_session("s", PAID).summarize(request())
     limit = max_answer_bytes(SummarizerSettings().max_output_tokens)
     assert body.pulled <= limit + 65_536 < 20 * 1024 * 1024
 
@@ -71,7 +75,7 @@ async def test_garbage_is_a_failed_call() -> None:
         yield bytes(range(256)) * 64
 
     with pytest.raises(SummarizerError, match="not a chat completion"):
-        await summarizer(Streamed(garbage())).for_session("s").summarize(request())
+        await summarizer(Streamed(garbage())).for_session("s", PAID).summarize(request())
 
 
 @pytest.mark.parametrize("pause", [0.05, 30.0], ids=["trickle", "stops-mid-body"])
@@ -86,5 +90,5 @@ async def test_an_answer_that_trickles_or_stops_mid_body_ends_at_the_timeout(pau
 
     started = time.monotonic()
     with pytest.raises(SummarizerError, match="timed out"):
-        await summarizer(Streamed(slow()), timeout=0.5).for_session("s").summarize(request())
+        await summarizer(Streamed(slow()), timeout=0.5).for_session("s", PAID).summarize(request())
     assert time.monotonic() - started < 3.0
