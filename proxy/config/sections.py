@@ -249,6 +249,10 @@ class SummarizerSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     kind: Literal["ledger", "openai"] = "ledger"
     base_url: str | None = None
     api_key: str | None = None
+    # Whose summaries ``api_key`` pays for: ``operator_clients`` (those that send no key and
+    # whose upstream gets the operator's key) or ``every_client`` (a deployment whose every
+    # client is the operator's own, a replay: the operator says so explicitly).
+    api_key_pays_for: Literal["operator_clients", "every_client"] = "operator_clients"
     model: str = "gpt-4o-mini"
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2

@@ -22,7 +22,8 @@ ahead for the client) therefore uses exactly the credential the upstream gets fo
 
 ``summarizer.api_key`` is the operator's key like any other: it is spent only for clients the
 operator already pays for upstream, never for a client that brings its own key (which the
-proxy cannot check before the upstream answers).
+proxy cannot check before the upstream answers), unless the operator says every client is its
+own (``summarizer.api_key_pays_for: every_client``: a replay, one team behind its own proxy).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def summary_credential(
     summarizer_origin: Origin,
     summarizer_key: str | None,
     operator_key: str | None,
+    every_client: bool = False,
 ) -> SummaryCredential:
     """The credential for a summary of this client's work (the rule above).
 
@@ -84,6 +86,9 @@ def summary_credential(
     gets for clients that send no credential (the operator's key), if configured;
     ``summarizer_key``: ``summarizer.api_key``; ``operator_key``: the key the summarizer
     would otherwise use (that one, or the upstream's key on the upstream's host)."""
+    if summarizer_key and every_client:
+        # The operator said every client is its own (``api_key_pays_for: every_client``).
+        return bearer(summarizer_key)
     at_provider = client_origin is not None and client_origin == summarizer_origin
     presented = credentials(client_headers)
     if presented:

@@ -88,6 +88,7 @@ class OpenAISummarizer:
             summarizer_origin=self.origin,
             summarizer_key=self.settings.api_key,
             operator_key=self.operator_key,
+            every_client=self.settings.api_key_pays_for == "every_client",
         )
 
     def for_session(self, session: str, credential: SummaryCredential) -> SessionSummarizer:

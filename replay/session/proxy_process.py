@@ -50,6 +50,9 @@ def replay_proxy_config(
             "base_url": config.summarizer_model.base_url,
             "model": config.summarizer_model.model,
             "api_key": None,
+            # The replay's every client is the operator's own: the summarizer model's key (set
+            # in the environment) pays for the replay's summaries, whatever key the harness sends.
+            "api_key_pays_for": "every_client",
             "timeout": config.summarizer_model.timeout,
         }
     else:

@@ -5,6 +5,8 @@ operator's key in place of a client's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies.ledger_extraction import build_ledger
@@ -133,3 +135,17 @@ async def test_a_prepared_summary_is_served_only_under_the_credential_that_paid(
     await summaries.settle("s")
     used = await NeverWaiting(summaries, "t", "s", _Paid(client)).summarize(_request())
     assert used.prepared == "used" and used.model == "small"
+
+
+def test_the_summarizer_key_pays_for_every_client_only_when_the_operator_says_so() -> None:
+    arguments: dict[str, Any] = {
+        "client_origin": ("https", "api.openai.com", 443),
+        "fallback": None,
+        "summarizer_origin": ("http", "127.0.0.1", 8080),
+        "summarizer_key": "sk-summarizer",
+        "operator_key": "sk-summarizer",
+    }
+    own_key = [(b"authorization", b"Bearer sk-client")]
+    assert summary_credential(own_key, **arguments).refused is not None
+    paid = summary_credential(own_key, **arguments, every_client=True)
+    assert paid.payer == bearer("sk-summarizer").payer
