@@ -94,7 +94,7 @@ async def measure(sessions: int, steps: int, policy: str) -> float:
             [system, {"role": "user", "content": f"Task {i}: fix the failing test."}] for i in range(sessions)
         ]
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             await client.get("/readyz")
             if tune_gc is not None:
                 tune_gc()

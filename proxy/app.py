@@ -18,6 +18,7 @@ from proxy.config.settings import Settings
 from proxy.dialects import DOORS
 from proxy.edge.api_docs import openapi_config
 from proxy.edge.control import control_routes, not_found
+from proxy.edge.host_guard import HostGuard, refuse_misdirected
 from proxy.edge.session_path import with_path_session
 from proxy.edge.v1 import Edge, Receive, Scope, Send
 from proxy.lifecycle import Lifecycle
@@ -88,7 +89,8 @@ def create_app(
         debug=False,
     )
     app.state.proxy = state
-    return ProxyApp(app, parts.edge(settings, log), state)
+    guard = HostGuard(settings.server.allowed_hosts, settings.server.host)
+    return ProxyApp(app, parts.edge(settings, log), state, guard)
 
 
 class ProxyApp:
@@ -100,13 +102,19 @@ class ProxyApp:
     does not use.
     """
 
-    def __init__(self, control: Litestar, edge: Edge, state: AppState) -> None:
+    def __init__(self, control: Litestar, edge: Edge, state: AppState, guard: HostGuard) -> None:
         self.control = control
         self.edge = edge
         self.state = state
+        self.guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            # A Host this proxy does not answer for (DNS rebinding): 421 before anything is read.
+            if not self.guard.allows(scope["headers"]):
+                self.edge.metrics.errors.labels("misdirected_request").inc()
+                await refuse_misdirected(send)
+                return
             scope = with_path_session(scope)  # /s/<session>/... is the header X-Session-Id
         if scope["type"] == "http" and is_data_plane(scope["path"]):
             await self.edge(scope, receive, send)

@@ -59,6 +59,7 @@ def run_check(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write(resolved_yaml(settings))
     lines = [f"# settings: {source or 'built-in defaults'}{_from_environment()}"]
     lines += policy_lines(settings, source)
+    lines.append(hosts_line(settings))
     lines.append("# models table against the configured upstreams' usual model names:")
     learning = settings.upstream.learn_windows
     uncovered = uncovered_models(settings.context_windows, _upstreams(settings), learning)
@@ -115,6 +116,18 @@ def learned_lines(settings: Settings) -> list[str]:
             f"#   {model:<{width}}  {fields['window']:>9,} tokens  from {source}, {told}, {upstream}"
         )
     return lines
+
+
+def hosts_line(settings: Settings) -> str:
+    """The Host names requests may carry (``server.allowed_hosts``; others get a 421)."""
+    server = settings.server
+    if "*" in server.allowed_hosts:
+        return "# Host names served: any (server.allowed_hosts has *: a balancer in front checks Host)"
+    names = ["localhost", "any IP address"]
+    if server.host not in ("0.0.0.0", "::", ""):
+        names.append(server.host)
+    names += server.allowed_hosts
+    return f"# Host names served: {', '.join(dict.fromkeys(names))} (others get a 421: server.allowed_hosts)"
 
 
 def verdict(settings: Settings, source: str | None) -> str:

@@ -33,6 +33,10 @@ class ServerSettings(Section, frozen=True):
     # everyone's saved outputs and events. (Without upstream.api_key, such clients reach a
     # keyless upstream, e.g. a local model server, as that one shared tenant.)
     allow_anonymous: bool = False
+    # Names a request's Host may carry besides localhost, server.host and any IP address
+    # (others get a 421: a DNS-rebinding page sends its own name). "*": any Host, for a proxy
+    # behind a balancer that checks Host itself.
+    allowed_hosts: tuple[str, ...] = ()
     # The request line and headers together, in bytes; larger ones get a 431 and are closed.
     max_header_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 65536
     # Seconds for a request's headers to arrive (from the connection, or from the first byte of
@@ -51,6 +55,15 @@ class ServerSettings(Section, frozen=True):
     workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     # Seconds between glibc malloc_trim calls that return freed heap pages to the OS (0: never).
     malloc_trim_seconds: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+
+    def __post_init__(self) -> None:
+        for entry in self.allowed_hosts:
+            # A host name or address, as a Host header carries it (a port is ignored): a URL or
+            # a path here would never match, and every request would get a 421.
+            if not re.fullmatch(r"\*|\[[0-9A-Fa-f:.]+\](:\d+)?|[^\s/:@\[\]]+(:\d+)?|[0-9A-Fa-f:.]+", entry):
+                raise ValueError(
+                    f"allowed_hosts: {entry!r} is not a host name or address, e.g. proxy.internal"
+                )
 
 
 class UpstreamSettings(Section, frozen=True):

@@ -235,9 +235,9 @@ def to_builtins(settings: Settings) -> dict[str, Any]:
     return result
 
 
-# Where a proxy listens is not how it compacts: a proxy started for a run on a free port, or
-# with --port, still runs the same configuration.
-_NOT_DIGESTED = (("server", "host"), ("server", "port"))
+# Where a proxy listens (and the Host names it answers to) is not how it compacts: a proxy
+# started for a run on a free port, or with --port, still runs the same configuration.
+_NOT_DIGESTED = (("server", "host"), ("server", "port"), ("server", "allowed_hosts"))
 _SECRETS = (
     ("upstream", "api_key"),
     ("anthropic", "api_key"),

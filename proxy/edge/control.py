@@ -166,9 +166,7 @@ def scope_of(
     caller sees its own tenant only."""
     raw_headers = [(k.lower(), v) for k, v in request.scope["headers"]]
     if settings.server.admin_token:
-        if not hmac.compare_digest(
-            request.headers.get("authorization", ""), f"Bearer {settings.server.admin_token}"
-        ):
+        if not admin_token_matches(raw_headers, settings.server.admin_token):
             return _refused(401, "The admin token is required.", "authentication_error")
         return tenant
     if (
@@ -179,6 +177,16 @@ def scope_of(
         # Anonymous clients are refused on the data plane: they own no events either.
         return _refused(401, "An API key is required.", "authentication_error")
     return tenant_of(raw_headers)
+
+
+def admin_token_matches(headers: list[tuple[bytes, bytes]], token: str) -> bool:
+    """The request's ``Authorization`` is ``Bearer <token>``, compared in constant time as bytes:
+    ``compare_digest`` on text raises for anything not ASCII, so a header or a token with other
+    characters would be a 500 where it must be a 401. The token is taken as UTF-8, the header as
+    the bytes sent (one header only: two are a refusal)."""
+    sent = [value for name, value in headers if name == b"authorization"]
+    wanted = b"Bearer " + token.encode("utf-8", "surrogateescape")
+    return len(sent) == 1 and hmac.compare_digest(sent[0], wanted)
 
 
 # The page may load nothing from anywhere but this proxy; its script and style are inline.

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from proxy.dialects import Door
+from proxy.edge.host_guard import cross_site_refusal
 from proxy.observe.observers import Finisher, Observer
 from proxy.route.steps import CompactingRoute
 from proxy.state.sessions import credentials
@@ -120,15 +121,23 @@ class Edge:
         exchange: Exchange,
         watcher: list[asyncio.Task[None]],
     ) -> None:
-        """The credential rule, the path check, the body, then the door's route or a relay;
-        ``watcher`` gets the task that watches for the client's disconnect."""
-        if provider.refuse_anonymous and not credentials(scope["headers"]):
+        """The credential rule, the cross-site rule, the path check, the body, then the door's
+        route or a relay; ``watcher`` gets the task that watches for the client's disconnect."""
+        anonymous = not credentials(scope["headers"])
+        if provider.refuse_anonymous and anonymous:
             raise ProxyError(
                 401,
                 "You didn't provide an API key. Send it in an Authorization header "
                 "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
                 code="missing_api_key",
             )
+        if anonymous:
+            # Let in without a credential (one needs a preflight no page passes), so a browser
+            # page of any site could spend the upstream and write the shared tenant's state:
+            # refuse what a page sends unasked.
+            refusal = cross_site_refusal(scope["method"], scope["headers"])
+            if refusal is not None:
+                raise refusal
         try:
             url = provider.base.url(raw_path, scope.get("query_string", b""))
         except UnsafePath:

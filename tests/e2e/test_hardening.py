@@ -196,7 +196,9 @@ def test_the_upstream_host_can_never_change(
         proxy = start_proxy({"upstream": {"base_url": base, "api_key": UPSTREAM_KEY, "http_client": client}})
         raw = path.format(other=f"127.0.0.1:{other.port}").encode()
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
-            sock.sendall(b"GET " + raw + b" HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-client\r\n\r\n")
+            sock.sendall(
+                b"GET " + raw + b" HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer sk-client\r\n\r\n"
+            )
             answer = sock.recv(65536)
         status = int(answer.split(b" ", 2)[1])
         assert status in (400, 404), answer[:200]
@@ -362,7 +364,7 @@ def test_a_full_disk_under_the_events_file_alone_costs_only_its_lines(
 def test_oversized_headers_get_431(start_proxy: Any) -> None:
     proxy = start_proxy({"server": {"max_header_bytes": 8192}})
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: ")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nx-big: ")
         with pytest.raises(OSError):
             for _ in range(2000):
                 sock.sendall(b"a" * 65536)
@@ -375,10 +377,13 @@ def test_slow_clients_are_cut_off(start_proxy: Any) -> None:
     sockets = []
     for _ in range(50):
         sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n")
         sockets.append(sock)
     body_sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
-    body_sock.sendall(b"POST /v1/models HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+    body_sock.sendall(
+        b"POST /v1/models HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+        b"content-length: 100\r\n\r\n{"
+    )
     time.sleep(2.5)
     for sock in [*sockets, body_sock]:
         data = sock.recv(4096)

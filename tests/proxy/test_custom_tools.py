@@ -47,7 +47,7 @@ def test_a_custom_tool_session_is_compacted_with_its_calls_custom(tmp_path: Path
 
     async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             headers = {"authorization": "Bearer sk-test", "x-session-id": "gpt5-custom"}
             return [await client.post("/v1/chat/completions", json=b, headers=headers) for b in bodies]

@@ -69,7 +69,9 @@ async def test_a_failing_store_fails_open(tmp_path: Path) -> None:
     )
     app = create_app(settings, transport=httpx.MockTransport(upstream), store=BrokenStore(tmp_path / "c.db"))
     messages = history()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         response = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
         metrics = (await client.get("/metrics")).text
     assert response.status_code == 200

@@ -157,7 +157,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.AsyncClie
         transport=httpx.MockTransport(answer),
         store=SQLiteStore(Path(state) / "c.db"),
     )
-    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -91,7 +91,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Asy
     app = create_app(
         settings_, transport=httpx.MockTransport(upstream), store=SQLiteStore(Path(state) / "c.db")
     )
-    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy"), received
+    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost"), received
 
 
 @settings(

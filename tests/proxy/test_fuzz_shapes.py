@@ -154,7 +154,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Asy
         store=SQLiteStore(Path(state) / "c.db"),
     )
     loop = asyncio.new_event_loop()
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
     yield http, received
     loop.run_until_complete(http.aclose())
     loop.close()

@@ -168,7 +168,7 @@ def app(tmp_path: Path, upstream: Upstream, **overrides: Any) -> httpx.AsyncClie
     served = create_app(
         settings, transport=httpx.MockTransport(upstream), store=SQLiteStore(tmp_path / "c.db")
     )
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://proxy")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://localhost")
 
 
 def post(client: httpx.AsyncClient, door: str, content: bytes) -> httpx.Response:

@@ -79,7 +79,7 @@ def test_the_real_unknown_model_body_is_compacted_with_its_system_message_in_pla
 
     async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             return [
                 await client.post(

@@ -41,7 +41,7 @@ def test_an_unmatched_model_is_logged_and_counted_once(tmp_path: Path) -> None:
 
     async def run() -> str:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             for model in ("my-local-llm", "my-local-llm", "gpt-4o-mini"):
                 body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}

@@ -34,6 +34,19 @@ def test_the_default_output_is_short_and_ends_with_the_verdict(
     assert lines[-1].startswith(f"OK: {path} is valid: policy n_latest_10 in shadow mode (the upstream")
     assert "upstream https://api.openai.com/v1;" in lines[-1] and "models table entries" in lines[-1]
     assert not any(line.startswith("server:") for line in lines)
+    assert (
+        "# Host names served: localhost, any IP address, 127.0.0.1 (others get a 421: server.allowed_hosts)"
+        in lines
+    )
+
+
+def test_the_host_names_served_are_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = config(tmp_path, server={"host": "0.0.0.0", "allowed_hosts": ["proxy", "proxy.ns.svc"]})
+    assert main(["check-config", "--config", path]) == 0
+    assert "Host names served: localhost, any IP address, proxy, proxy.ns.svc (" in capsys.readouterr().out
+    path = config(tmp_path, server={"allowed_hosts": ["*"]})
+    assert main(["check-config", "--config", path]) == 0
+    assert "# Host names served: any (" in capsys.readouterr().out
 
 
 def test_full_prints_every_setting_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -94,7 +94,9 @@ async def test_the_chat_door_recognizes_a_compaction_request_from_what_it_knew(
             env={}, overrides={"state_dir": state, "policy": "improved", "upstream.http_client": "httpx"}
         )
         app = create_app(settings_, transport=upstream)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p") as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as client:
             for added in (
                 [{"role": "assistant", "content": "step"}, {"role": "user", "content": "more"}],
                 [{"role": "assistant", "content": "step"}],

@@ -55,7 +55,7 @@ async def client_for(overrides: dict[str, Any]) -> AsyncIterator[httpx.AsyncClie
     settings = load_settings(env={}, overrides={"upstream.base_url": "http://upstream.test/v1", **overrides})
     app = create_app(settings)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
         yield c
     await app.state.upstream.aclose()
 

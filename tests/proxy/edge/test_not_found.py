@@ -23,7 +23,7 @@ def ask(tmp_path: Path, method: str, path: str, headers: dict[str, str] | None =
 
     async def run() -> httpx.Response:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             return await client.request(method, path, headers=headers, content=b"{}")
 

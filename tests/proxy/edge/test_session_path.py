@@ -52,7 +52,9 @@ def test_a_prefixed_request_reaches_the_upstream_with_the_session(tmp_path: Path
     app = create_app(settings, transport=httpx.MockTransport(upstream))
 
     async def run() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as c:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as c:
             key = {"authorization": "Bearer sk-test"}
             return [await c.get("/s/run-7/v1/models", headers=key), await c.head("/s/run-7")]
 

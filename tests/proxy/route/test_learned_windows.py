@@ -86,12 +86,16 @@ def make_app(tmp_path: Path, provider: Provider, **overrides: Any) -> Any:
 
 
 async def post(app: Any, body: dict[str, Any], **headers: str) -> httpx.Response:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         return await client.post("/v1/chat/completions", json=body, headers=headers)
 
 
 async def events(app: Any) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         found: list[dict[str, Any]] = (await client.get("/v1/compaction/events")).json()["data"]
         return found
 
@@ -186,7 +190,9 @@ async def test_the_learned_window_is_shown_on_readyz_and_in_the_sessions_list(tm
     provider = Provider()
     app = make_app(tmp_path, provider)
     assert (await post(app, long_request(), **{"X-Session-Id": "shown"})).status_code == 200
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         ready = (await client.get("/readyz")).json()
         sessions = (await client.get("/v1/compaction/sessions")).json()["data"]
     assert ready["learned_windows"] == {MODEL: WINDOW}

@@ -44,7 +44,9 @@ async def test_events_and_sessions_carry_it_for_their_tenant_only(tmp_path: Path
     )
     app = create_app(settings, store=SQLiteStore(tmp_path / "c.db"))
     mine = {"authorization": "Bearer sk-mine"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         sent = await client.post(
             "/v1/chat/completions",
             json={"model": "m", "messages": history()},

@@ -92,7 +92,9 @@ async def test_the_client_body_and_its_parsed_copy_are_not_held_during_the_upstr
         for start in range(0, len(body), 65_536):
             yield body[start : start + 65_536]
 
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         response = await client.post("/v1/chat/completions", content=chunks())
     assert response.status_code == 200
     assert seen["sent"] < size / 2  # the view went out

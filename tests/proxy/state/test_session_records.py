@@ -57,7 +57,9 @@ async def test_divergence_and_mechanisms_are_logged(tmp_path: Path) -> None:
     logger = RecordingLogger()
     app = create_app(settings, logger=logger, store=SQLiteStore(tmp_path / "c.db"))
     headers = {"authorization": "Bearer sk-x", "x-session-id": "s1"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         first = await client.post(
             "/v1/chat/completions", json={"model": "m", "messages": history()}, headers=headers
         )

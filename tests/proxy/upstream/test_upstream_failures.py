@@ -124,7 +124,7 @@ async def proxy(
     app = create_app(settings)
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             yield client
     finally:

@@ -126,7 +126,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         overrides={"upstream.base_url": UPSTREAM, "upstream.http_client": "httpx", "upstream.timeout": 1.0},
     )
     app = create_app(settings)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
         yield c
     await app.state.upstream.aclose()
 
