@@ -122,9 +122,14 @@ def _flat(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
-def _repeats(layout: Sequence[Shown], position: int) -> str:
-    later = [f"[{p + 1}]" for p, shown in enumerate(layout) if shown.same_as == position]
-    return f"(repeated as {', '.join(later)}) " if later else ""
+def _repeats(layout: Sequence[Shown]) -> dict[int, str]:
+    """For each entry repeated later, its note naming the later copies (one pass: a history of
+    thousands of user turns is rendered in linear time)."""
+    later: dict[int, list[str]] = {}
+    for p, shown in enumerate(layout):
+        if shown.same_as >= 0:
+            later.setdefault(shown.same_as, []).append(f"[{p + 1}]")
+    return {first: f"(repeated as {', '.join(copies)}) " for first, copies in later.items()}
 
 
 def render_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS) -> list[str]:
@@ -134,12 +139,13 @@ def render_user_words(words: Sequence[UserWords], budget: int = USER_WORDS_CHARS
     lines = [HEADING]
     if any(s.chars != WHOLE and not w.kept for w, s in zip(words, layout, strict=True)):
         lines.append(CUT_NOTE)
+    notes = _repeats(layout)
     for position, (entry, shown) in enumerate(zip(words, layout, strict=True)):
         number = f"[{position + 1}]"
         if shown.same_as >= 0:
             lines.append(f"{number} same as [{shown.same_as + 1}]")
             continue
-        repeats = _repeats(layout, position)
+        repeats = notes.get(position, "")
         if entry.kept:
             kept = _flat(entry.text, KEPT_CHARS)
             lines.append(f"{number} (kept verbatim right after this summary) {repeats}{kept}")

@@ -15,6 +15,7 @@ import msgspec
 from policies.handles import PATTERN
 from policies.ledger import Ledger
 from policies.ledger_records import RENDER_LEVELS, UserWords
+from policies.ledger_user_words import render_user_words
 
 HEADER = "### User instructions (verbatim, in order)"
 TIGHTEST = RENDER_LEVELS[-1]
@@ -142,3 +143,15 @@ def test_a_repeated_message_is_as_new_as_its_last_copy() -> None:
     lines = shown(section([said_a, said_b, said_a]))
     assert lines[1] == (False, "(repeated as [3]) " + said_a) and lines[2][0], lines
     assert "same as [1]" in section([said_a, said_b, said_a]).splitlines()[-1]
+
+
+def test_thousands_of_repeated_turns_render_in_one_pass() -> None:
+    """20,000 user turns (a harness that repeats its nudge): each repeat names its first copy,
+    and the first names every later one, computed once for the whole list (a rendering of
+    each entry's repeats by its own pass over the list took minutes at this size)."""
+    nudge = "Please continue working on the task."
+    texts = [nudge if i % 2 else f"turn {i}" for i in range(20_000)]
+    lines = render_user_words([UserWords(t) for t in texts])
+    assert lines[-1] == "[20000] same as [2]"
+    first = next(line for line in lines if line.startswith("[2] "))
+    assert "(repeated as [4], [6]," in first and first.count("[") == 10_000
