@@ -14,6 +14,7 @@ import pytest
 from tests.fake_upstream import FakeUpstream, Reply, chunk, completion, text_stream
 
 pytestmark = pytest.mark.e2e
+JSON = {"content-type": "application/json"}
 
 KEY = "sk-test-secret-key-0123456789abcdef"
 MESSAGES: list[Any] = [
@@ -296,7 +297,8 @@ def test_upstream_timeout_is_504(start_proxy: Any, upstream: FakeUpstream) -> No
 def test_bad_requests_get_openai_style_400(
     proxy: Any, upstream: FakeUpstream, body: bytes, message: str
 ) -> None:
-    response = httpx.post(proxy.base_url + "/chat/completions", content=body)
+    # As an SDK sends it (a keyless POST that is not JSON is refused earlier, 415: cross-site).
+    response = httpx.post(proxy.base_url + "/chat/completions", content=body, headers=JSON)
     assert response.status_code == 400
     error = response.json()["error"]
     assert message in error["message"]
@@ -306,7 +308,7 @@ def test_bad_requests_get_openai_style_400(
 
 def test_body_over_the_limit_is_413(start_proxy: Any, upstream: FakeUpstream) -> None:
     proxy = start_proxy({"server": {"max_body_bytes": 4096}})
-    response = httpx.post(proxy.base_url + "/chat/completions", content=b"x" * 5000)
+    response = httpx.post(proxy.base_url + "/chat/completions", content=b"x" * 5000, headers=JSON)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
 
@@ -314,7 +316,7 @@ def test_body_over_the_limit_is_413(start_proxy: Any, upstream: FakeUpstream) ->
         for _ in range(10):
             yield b"y" * 1000
 
-    response = httpx.post(proxy.base_url + "/chat/completions", content=chunked())
+    response = httpx.post(proxy.base_url + "/chat/completions", content=chunked(), headers=JSON)
     assert response.status_code == 413
     assert upstream.requests == []
 
@@ -330,7 +332,9 @@ def test_unknown_policy_is_400_listing_valid_ones(proxy: Any) -> None:
 
 def test_mode_off_relays_without_parsing(proxy: Any, upstream: FakeUpstream) -> None:
     response = httpx.post(
-        proxy.base_url + "/chat/completions", content=b"not even json", headers={"x-compaction-mode": "off"}
+        proxy.base_url + "/chat/completions",
+        content=b"not even json",
+        headers={"x-compaction-mode": "off", **JSON},
     )
     assert response.status_code == 200
     assert upstream.requests[-1].body == b"not even json"
