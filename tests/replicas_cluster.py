@@ -32,21 +32,10 @@ from tests import redis_server
 from tests.agent_upstream import DONE_PREFIX, RUN_HEADER, STEP_MARK, step_output
 from tests.fake_upstream import free_port
 from tests.needs import service_binary
+from tests.proxy.data_plane.chat_wire import BASH
 
 KEY = "sk-replicas-balancer-000000"
 ADMIN = "admin-token-replicas-000000"
-BASH = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "Run a shell command.",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    },
-}
 STEP = re.compile(rf"{STEP_MARK}-(\d+) line")
 
 

@@ -15,24 +15,13 @@ import orjson
 import pytest
 
 from tests.agent_upstream import DONE_PREFIX, READ_TOOL, RUN_HEADER, AgentUpstream
+from tests.proxy.data_plane.chat_wire import BASH
 
 pytestmark = pytest.mark.e2e
 
 WINDOW = 8192
 STEPS = 10
 FACT = "dev server started: pid=48213 port=8765 seed=1337 scratch=/tmp/run-7f3a"
-BASH = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "Run a shell command.",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    },
-}
 NUMBERED = re.compile(r"^ *\d+\| ", re.M)
 REST = re.compile(r"\{\"handle\":\"(out_[0-9a-f]+)\",\"start_line\":\d+,\"num_lines\":\d+\}")
 
