@@ -12,7 +12,8 @@ import httpx
 from policies.pipeline import Policy, build_policies
 from policies.tokens import TokenCounter
 from proxy import package_version
-from proxy.canary.runtime import CanaryArms, CanaryJudge, CanaryPrices, CanaryRecord
+from proxy.canary.record import CanaryPrices, CanaryRecord
+from proxy.canary.runtime import CanaryArms, CanaryJudge
 from proxy.canary.store import make_canary_book
 from proxy.config.merge import configured_window_patterns
 from proxy.config.sections import TracingSettings
@@ -122,7 +123,7 @@ class AppParts:
             read_max_lines=settings.read_tool.max_lines,
         )
         book = make_canary_book(store)
-        arms = CanaryArms(settings.canary, book)
+        arms = CanaryArms(settings.canary, book, metrics, log)
         route = make_route(settings, policies, dialects, service, loops, shadow, arms, learning)
         events = EventSink(
             store, settings.events.jsonl_path, log, on_failure=metrics.errors.labels("event").inc

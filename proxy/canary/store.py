@@ -10,17 +10,25 @@ is first-come, so exactly one replica records the rollback.
 A session's tenant (the hash ``proxy.state.sessions.tenant_of`` made of its key, never the key)
 is the head of its book key (``tenant\x1fsession``): ``sessions`` adds it to every session it
 reads, so figures written before the gate compared within tenants load as they are.
+
+**A pause judged on an epoch lands only in that epoch** (``pause(record, epoch)``): a replica
+that judged the figures of an epoch an operator has since ended with ``canary resume`` cannot
+pause the new one with them; it judges the new epoch's figures at its next interval. The same
+rule lets a replica put back a pause the store lost (``CanaryJudge``): the epoch it saw is
+never older than the store's. What the store holds that a replica did not write is read by
+``proxy.canary.book_records``' rules (an unreadable pause is a pause).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from proxy.canary.gate import COUNTED
+from proxy.canary.book_records import decoded_blob, decoded_hash, session_of, state_of
+from proxy.canary.gate import ARMS, COUNTED
 from proxy.state.redis_store import RedisStore, _as_bytes
 from proxy.state.sqlite_store import SQLiteStore
 from proxy.state.sqlite_transaction import transaction
@@ -34,21 +42,35 @@ CREATE TABLE IF NOT EXISTS canary_state (id INTEGER PRIMARY KEY CHECK (id = 1), 
 """
 
 
+class Figures(NamedTuple):
+    """The sessions read back, and how many records could not be read (left out)."""
+
+    sessions: list[dict[str, Any]]
+    unreadable: int = 0
+
+
 class CanaryBook(Protocol):
     async def add(
         self, key: str, arm: str, counted: Mapping[str, float], last_answer: str | None, now: float
     ) -> None: ...
     async def arm(self, key: str) -> str | None: ...
-    async def sessions(self, since: float) -> list[dict[str, Any]]: ...
+    async def sessions(self, since: float) -> Figures: ...
     async def state(self) -> dict[str, Any]: ...
-    async def pause(self, record: dict[str, Any]) -> bool: ...
+    async def pause(self, record: dict[str, Any], epoch: float) -> bool: ...
     async def resume(self, now: float) -> None: ...
 
 
-def _with_tenant(key: str | bytes, session: dict[str, Any]) -> dict[str, Any]:
-    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    session["tenant"] = text.split("\x1f", 1)[0]
-    return session
+def _figures(rows: list[tuple[str | bytes, dict[str, Any] | None]]) -> Figures:
+    """Each readable session with its tenant (the head of its key); the rest counted."""
+    found: list[dict[str, Any]] = []
+    for key, raw in rows:
+        session = session_of(raw) if raw is not None else None
+        if session is None:
+            continue
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        session["tenant"] = text.split("\x1f", 1)[0]
+        found.append(session)
+    return Figures(found, len(rows) - len(found))
 
 
 def _merged(
@@ -80,7 +102,7 @@ class SQLiteCanaryBook:
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
                 row = db.execute("SELECT data FROM canary_sessions WHERE key = ?", (key,)).fetchone()
-                session = _merged(orjson.loads(row[0]) if row else None, arm, counted, last_answer, now)
+                session = _merged(decoded_blob(row[0]) if row else None, arm, counted, last_answer, now)
                 db.execute(
                     "INSERT INTO canary_sessions (key, arm, last, data) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (key) DO UPDATE SET last = excluded.last, data = excluded.data",
@@ -97,33 +119,31 @@ class SQLiteCanaryBook:
         result: str | None = await self._run(read)
         return result
 
-    async def sessions(self, since: float) -> list[dict[str, Any]]:
+    async def sessions(self, since: float) -> Figures:
         def read(db: sqlite3.Connection) -> list[tuple[str, bytes]]:
             rows = db.execute("SELECT key, data FROM canary_sessions WHERE last >= ?", (since,))
             return [(str(r[0]), bytes(r[1])) for r in rows]
 
-        return [_with_tenant(key, orjson.loads(raw)) for key, raw in await self._run(read)]
+        return _figures([(key, decoded_blob(raw)) for key, raw in await self._run(read)])
 
     async def state(self) -> dict[str, Any]:
         def read(db: sqlite3.Connection) -> bytes | None:
             row = db.execute("SELECT data FROM canary_state WHERE id = 1").fetchone()
             return bytes(row[0]) if row else None
 
-        raw = await self._run(read)
-        return orjson.loads(raw) if raw else {"epoch": 0.0, "paused": None}
+        return _sqlite_state(await self._run(read))
 
-    async def pause(self, record: dict[str, Any]) -> bool:
+    async def pause(self, record: dict[str, Any], epoch: float) -> bool:
         def write(db: sqlite3.Connection) -> bool:
             with transaction(db):
                 row = db.execute("SELECT data FROM canary_state WHERE id = 1").fetchone()
-                state = orjson.loads(row[0]) if row else {"epoch": 0.0, "paused": None}
-                if state.get("paused"):
+                state = _sqlite_state(bytes(row[0]) if row else None)
+                if state["paused"] or state["epoch"] > epoch:
                     return False
-                state["paused"] = record
                 db.execute(
                     "INSERT INTO canary_state (id, data) VALUES (1, ?) "
                     "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
-                    (orjson.dumps(state),),
+                    (orjson.dumps({"epoch": epoch, "paused": record}),),
                 )
             return True
 
@@ -141,13 +161,43 @@ class SQLiteCanaryBook:
         )
 
 
+def _sqlite_state(raw: bytes | None) -> dict[str, Any]:
+    if raw is None:
+        return state_of(None, None)
+    stored = decoded_blob(raw)
+    if stored is None:  # the whole row is unreadable: its pause too
+        return state_of(None, b"", ["epoch"])
+    paused = stored.get("paused")
+    return state_of(stored.get("epoch"), orjson.dumps(paused) if paused is not None else None)
+
+
+# The pause lands only if none stands and the epoch judged is not older than the store's (a
+# missing or unreadable epoch is 0); it writes that epoch back. Keys of another type than a
+# string are the pause's (a pause) or the epoch's (replaced).
+_PAUSE = """
+local paused_type = redis.call('TYPE', KEYS[1])['ok']
+if paused_type ~= 'none' then return 0 end
+local epoch_type = redis.call('TYPE', KEYS[2])['ok']
+local stored = 0
+if epoch_type == 'string' then stored = tonumber(redis.call('GET', KEYS[2])) or 0 end
+if stored > tonumber(ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+_PAUSED, _EPOCH = "cpx:canary:paused", "cpx:canary:epoch"
+
+
 class RedisCanaryBook:
     """On Redis: a hash per session (HINCRBYFLOAT: replicas add at once without a lock), an
-    index by last request time, the epoch, and the pause (SET NX: the first replica wins)."""
+    index by last request time, the epoch, and the pause (a script: the first replica wins,
+    and only in the epoch it judged)."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
         self.client = store.client
+        self._pause = self.client.register_script(_PAUSE)
 
     async def add(
         self, key: str, arm: str, counted: Mapping[str, float], last_answer: str | None, now: float
@@ -167,42 +217,48 @@ class RedisCanaryBook:
 
     async def arm(self, key: str) -> str | None:
         raw = await self.client.hget(f"cpx:canary:s:{key}", "arm")
-        return _as_bytes(raw).decode() if raw is not None else None
+        arm = _as_bytes(raw).decode("utf-8", "replace") if raw is not None else None
+        return arm if arm in ARMS else None
 
-    async def sessions(self, since: float) -> list[dict[str, Any]]:
+    async def sessions(self, since: float) -> Figures:
         keys = await self.client.zrangebyscore("cpx:canary:idx", since, "+inf")
-        found = []
+        rows: list[tuple[str | bytes, dict[str, Any] | None]] = []
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
             async with self.client.pipeline(transaction=False) as pipe:
                 for key in batch:
                     pipe.hgetall(b"cpx:canary:s:" + _as_bytes(key))
-                for key, raw in zip(batch, await pipe.execute(), strict=True):
-                    if raw:
-                        found.append(_with_tenant(_as_bytes(key), _decoded(raw)))
-        return found
+                # A key of another type answers an error in its place, read as unreadable.
+                answers = await pipe.execute(raise_on_error=False)
+            for key, raw in zip(batch, answers, strict=True):
+                if isinstance(raw, dict) and raw:
+                    rows.append((_as_bytes(key), decoded_hash(raw)))
+                elif raw:  # an error: the key is not a hash
+                    rows.append((_as_bytes(key), None))
+        return _figures(rows)
 
     async def state(self) -> dict[str, Any]:
-        epoch, paused = await self.client.mget("cpx:canary:epoch", "cpx:canary:paused")
-        return {"epoch": float(epoch or 0.0), "paused": orjson.loads(paused) if paused else None}
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.type(_EPOCH)
+            pipe.type(_PAUSED)
+            pipe.mget(_EPOCH, _PAUSED)
+            epoch_type, paused_type, (epoch, paused) = await pipe.execute()
+        damaged = []
+        if _as_bytes(epoch_type) not in (b"none", b"string"):
+            damaged.append("epoch")
+        if _as_bytes(paused_type) not in (b"none", b"string"):
+            paused = b""  # something of another type stands where the pause is kept
+        return state_of(epoch, paused, damaged)
 
-    async def pause(self, record: dict[str, Any]) -> bool:
-        return bool(await self.client.set("cpx:canary:paused", orjson.dumps(record), nx=True))
+    async def pause(self, record: dict[str, Any], epoch: float) -> bool:
+        landed = await self._pause(keys=[_PAUSED, _EPOCH], args=[orjson.dumps(record), repr(epoch)])
+        return bool(landed)
 
     async def resume(self, now: float) -> None:
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete("cpx:canary:paused")
-            pipe.set("cpx:canary:epoch", now)
+            pipe.delete(_PAUSED, _EPOCH)
+            pipe.set(_EPOCH, repr(now))
             await pipe.execute()
-
-
-def _decoded(raw: Mapping[bytes, bytes]) -> dict[str, Any]:
-    session: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = key.decode()
-        text = value.decode()
-        session[name] = text if name in ("arm", "last_answer") else float(text)
-    return session
 
 
 def make_canary_book(store: Any) -> CanaryBook:

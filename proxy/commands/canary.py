@@ -29,7 +29,9 @@ ROWS = (
     ("cache write tokens", "cache_write_tokens", "{:,.0f}"),
     ("output tokens", "output_tokens", "{:,.0f}"),
     ("context-window errors", "context_errors", "{:,.0f}"),
-    ("other upstream errors", "errors", "{:,.0f}"),
+    ("view errors", "errors", "{:,.0f}"),
+    ("client errors (not judged)", "client_errors", "{:,.0f}"),
+    ("upstream errors (not judged)", "upstream_errors", "{:,.0f}"),
     ("reads per session", "reads_per_session", "{:.2f}"),
     ("re-acquisitions per session", "reacquisitions_per_session", "{:.2f}"),
     ("agent compactions", "agent_compactions", "{:,.0f}"),
@@ -44,6 +46,12 @@ def render(report: dict[str, Any]) -> str:
         paused = report["paused"]
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(paused["time"]))
         lines.append(f"PAUSED at {when} by {', '.join(paused['reason'])}: new sessions go to the holdout")
+    if report.get("damaged") or report.get("unreadable_sessions"):
+        damaged = ", ".join(report.get("damaged") or []) or "none"
+        lines.append(
+            f"DAMAGED book: unreadable {damaged}; {report.get('unreadable_sessions', 0):,} unreadable "
+            "sessions left out (an unreadable pause counts as a pause: `canary resume` replaces it)"
+        )
     lines += ["", f"{'':30}{'treated':>16}{'holdout':>16}"]
     for label, key, form in ROWS:
         lines.append(

@@ -87,6 +87,7 @@ class Metrics:
     canary_cost: Counter
     canary_rollbacks: Counter
     canary_paused: Gauge
+    canary_book_incidents: Counter
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -312,9 +313,10 @@ class Metrics:
         )
         self.canary_outcomes = Counter(
             "compaction_proxy_canary_outcomes",
-            "What canary requests came to, per arm: context_error, upstream_error, read "
-            "(read_tool_output call), repeat (a tool call the agent made again), agent_compaction, "
-            "final_answer, tool_call.",
+            "What canary requests came to, per arm: context_error (judged), view_error (the "
+            "compacted view refused or the proxy failing: judged), client_error and "
+            "upstream_error (not judged), read (read_tool_output call), repeat (a tool call the "
+            "agent made again), agent_compaction, final_answer, tool_call.",
             ("arm", "outcome"),
             registry=r,
         )
@@ -335,6 +337,15 @@ class Metrics:
             "1 while the canary is paused by its gate.",
             registry=r,
             multiprocess_mode="max",
+        )
+        self.canary_book_incidents = Counter(
+            "compaction_proxy_canary_book_incidents",
+            "The canary's shared book misbehaving, by kind: judge_failed (a judgment that could "
+            "not read or write it), arm_unread (a paused session's arm unread: sent to the "
+            "holdout), damaged (a judgment that found an unreadable pause, epoch or session), "
+            "pause_restored (a pause the book lost, put back).",
+            ("kind",),
+            registry=r,
         )
 
     def render(self) -> bytes:

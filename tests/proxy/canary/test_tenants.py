@@ -119,7 +119,7 @@ def test_sessions_read_back_carry_their_tenant_and_old_rows_load(tmp_path: Path)
                 ("t_old\x1fs0", "holdout", 5.0, orjson.dumps(old)),
             )
         store = SQLiteStore(tmp_path / "c.db")
-        found = await SQLiteCanaryBook(store).sessions(0.0)
+        found = (await SQLiteCanaryBook(store).sessions(0.0)).sessions
         await store.close()
         return found
 
