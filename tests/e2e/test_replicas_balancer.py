@@ -4,7 +4,12 @@ outputs; one replica killed with SIGKILL a third of the way in, Redis stopped an
 on its port and files two thirds in. Every session finishes (the OpenAI SDK retrying a request
 cut by the kill), the model sees no broken tool-call protocol, every read the proxy answers
 finds its output and every saved output is still in Redis at the end, each session keeps one
-arm whichever replica answers, and the replicas agree on the gate."""
+arm whichever replica answers, and the replicas agree on the gate.
+
+The gate is set to pause on the treated arm's reads (no re-acquisition tolerated beyond the
+holdout's, which has nothing to read): it pauses while the sessions run, on whichever replica
+judges first, once. Sessions in flight keep their arm across the pause, every replica says
+paused, and new sessions then go to the holdout whichever replica they reach."""
 
 from __future__ import annotations
 
@@ -33,8 +38,12 @@ CONFIG: dict[str, Any] = {
     "policy": "improved",
     "mode": "canary",
     "context_windows": {"default": WINDOW},
-    # The gate waits for more sessions than run here: its state must simply be one everywhere.
-    "canary": {"share": 0.5, "evaluate_every_seconds": 0.5, "gate": {"min_sessions": 1000}},
+    # Any read beyond the holdout's (none) is a breach: the gate pauses while the sessions run.
+    "canary": {
+        "share": 0.5,
+        "evaluate_every_seconds": 0.5,
+        "gate": {"min_sessions": 20, "reacquisition_floor": 0.0, "max_reacquisition_ratio": 1.0},
+    },
     "server": {"admin_token": ADMIN},
 }
 PAUSED = re.compile(r"^compaction_proxy_canary_paused (\S+)$", re.M)
@@ -85,7 +94,7 @@ def test_sessions_survive_a_killed_replica_and_a_redis_restart(
 
     started, progress = time.monotonic(), Progress()
     runs = asyncio.run(run_agents(cluster.base_url, SESSIONS, STEPS, LINES, faults_midway, progress))
-    took = time.monotonic() - started
+    took, ended = time.monotonic() - started, time.time()
     retries = progress.attempts - sum(r.requests for r in runs)
     steps = sum(r.steps_done for r in runs)
     print(f"\n{SESSIONS} sessions, {steps} steps, {len(model.requests)} model requests")
@@ -122,13 +131,32 @@ def test_sessions_survive_a_killed_replica_and_a_redis_restart(
     # Round robin per request: nearly every session was answered by more than one replica.
     assert sum(len(r.replicas) > 1 for r in runs) >= 0.9 * SESSIONS
 
-    # The gate: one state on every replica still running.
+    # The gate paused once, on one replica, and every replica still running says so.
     states = set()
     for replica in cluster.live():
         found = PAUSED.search(httpx.get(replica.url + "/metrics", timeout=10, trust_env=False).text)
         assert found is not None
         states.add(found.group(1))
-    assert states == {"0.0"}, states
+    assert states == {"1.0"}, states
+    rollbacks = [
+        e
+        for e in httpx.get(
+            cluster.base_url + "/compaction/events",
+            params={"policy": "canary"},
+            headers={"authorization": f"Bearer {ADMIN}"},
+            timeout=10,
+            trust_env=False,
+        ).json()["data"]
+        if e.get("kind") == "canary_rollback"
+    ]
+    assert len(rollbacks) == 1 and rollbacks[0]["reason"] == ["reacquisitions_per_session"], rollbacks
+    # It paused while the sessions ran: those in flight then kept their arm (checked above).
+    print(f"paused {ended - rollbacks[0]['time']:.1f} s before the sessions ended")
+    assert rollbacks[0]["time"] < ended
+    # New sessions, each request on the next replica: the holdout everywhere.
+    late = asyncio.run(run_agents(cluster.base_url, 12, STEPS, LINES, prefix="after-pause"))
+    assert all(r.finished and r.arms == {"holdout"} for r in late), [(r.name, r.arms) for r in late]
+    assert {name for r in late for name in r.replicas} == {"r0", "r2"}  # r1 was killed
     # Treated sessions were compacted (the arm meant something): the model saw handles.
     treated = {r.name for r in runs if "treated" in r.arms}
     with_handles = {s.headers.get("x-agent-run") for s in model.requests if s.handles}
