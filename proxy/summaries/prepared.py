@@ -23,6 +23,11 @@ A preparation pays with the credential of the request that started it (its summa
 credentials.py), and a prepared summary is served only to a request whose summary that same
 credential would pay for (``payer``): one made with the operator's key never reaches a client
 whose own key pays, nor the reverse.
+
+Processes on one store (replicas on Redis, workers on one SQLite file) share what they prepare:
+whichever serves the session's next point takes it from the store, once. A process's own copy
+of what the store got is not used in its place (another process may have taken it, or put a
+newer range there); it stands in only when the store is away or never got it.
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ class PreparedSummaries:
         self.queue = FairQueue(
             concurrency=concurrency, per_tenant=queue, total=max_sessions, dropped=self._dropped, depth=depth
         )
-        self._ready: OrderedDict[str, Prepared] = OrderedDict()
+        # Each session's summary this process made, and whether the shared store got it too.
+        self._ready: OrderedDict[str, tuple[Prepared, bool]] = OrderedDict()
         self._tried: OrderedDict[str, int] = OrderedDict()
         # Why a session's last preparation made nothing (dropped, failed): a miss's reason.
         self._lost: OrderedDict[str, str] = OrderedDict()
@@ -140,13 +146,17 @@ class PreparedSummaries:
             return
         payer = str(getattr(summarizer, "payer", KEYLESS))
         prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer)
-        self._ready[session] = prepared
-        self._ready.move_to_end(session)
+        # Kept here only once the store has it: used here while on its way there, it would
+        # land in the store afterwards, for another process's point to use again.
+        stored = False
         if self.shared is not None:
             try:
                 await self.shared.put(tenant, session, orjson.dumps(prepared))
+                stored = True
             except Exception:  # this process still has it
                 self.counted("unshared")
+        self._ready[session] = (prepared, stored)
+        self._ready.move_to_end(session)
         while len(self._ready) > self.max_sessions:
             self._ready.popitem(last=False)
         self.counted("prepared")
@@ -165,14 +175,7 @@ class PreparedSummaries:
         that would pay for this request's summary; one another credential paid for is not
         served."""
         self._tried.pop(session, None)  # a new cycle: the next mark prepares afresh
-        prepared = self._ready.pop(session, None)
-        if self.shared is not None:
-            try:
-                stored = await self.shared.take(tenant, session)
-            except Exception:  # the store is away: this process's own, if any
-                stored = None
-            if prepared is None and stored is not None:
-                prepared = decoded(stored)
+        prepared = await self._taken(tenant, session)
         if prepared is None:
             return None, "none_ready"
         if prepared.payer != payer or payer == "refused":
@@ -181,6 +184,23 @@ class PreparedSummaries:
         if why is not None:
             return None, why
         return replace(prepared.result, prepared="used"), "used"
+
+    async def _taken(self, tenant: str, session: str) -> Prepared | None:
+        """The session's prepared summary, taken. What the shared store was given is the store's
+        to give: another process may have taken it already (at a point it served) or put a newer
+        range in its place, so this process's copy stands in only when the store is away, or
+        never got it."""
+        own, stored_too = self._ready.pop(session, (None, False))
+        if self.shared is None:
+            return own
+        try:
+            stored = await self.shared.take(tenant, session)
+        except Exception:  # the store is away: this process's own, if any
+            return own
+        found = decoded(stored) if stored is not None else None
+        if found is not None:
+            return found
+        return None if stored_too else own
 
     def after_request(
         self,

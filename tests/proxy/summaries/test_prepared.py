@@ -6,7 +6,8 @@ import asyncio
 
 from policies.ledger import CommandRecord, FileRecord, Ledger
 from policies.summarizer import SummaryRequest, SummaryResult
-from proxy.summaries.prepared import NeverWaiting, Prepared, PreparedSummaries, check
+from proxy.summaries.prepared import NeverWaiting, PreparedSummaries
+from proxy.summaries.prepared_checks import Prepared, check
 
 LEDGER = Ledger(
     goal="Fix the parser in src/parser.py",
@@ -97,3 +98,96 @@ async def test_a_replay_point_settles_the_preparation_in_flight() -> None:
     waiting = NeverWaiting(summaries, "t", "s", model, wait=True)
     used = await waiting.summarize(request(("a", "b", "c")))
     assert used.prepared == "used" and used.model == "slow"
+
+
+class Store:
+    """The shared store of replicas: ``take`` reads and removes (Redis GETDEL); ``away``: it
+    fails every call."""
+
+    def __init__(self, away: str = "") -> None:
+        self.kept: dict[tuple[str, str], bytes] = {}
+        self.away = away
+
+    async def put(self, tenant: str, session: str, data: bytes) -> None:
+        if self.away in ("put", "both"):
+            raise ConnectionError("store away")
+        self.kept[(tenant, session)] = data
+
+    async def take(self, tenant: str, session: str) -> bytes | None:
+        if self.away in ("take", "both"):
+            raise ConnectionError("store away")
+        return self.kept.pop((tenant, session), None)
+
+
+class Steps:
+    """A summarizer whose summary says how many messages it was asked about."""
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        steps = len(request.covered_digests)
+        return SummaryResult(
+            text=f"The agent ran pytest {steps} times.", model="m", prompt_family="hybrid_v2"
+        )
+
+
+async def prepared_by(replica: PreparedSummaries, digests: tuple[str, ...]) -> None:
+    replica.start("t", "s", request(digests), Steps())
+    await replica.queue.idle()
+
+
+async def test_a_summary_another_replica_took_is_never_used_again() -> None:
+    """Replica A prepares; B serves the next point and takes it from the store. A's own copy
+    of it is not used at a later point A serves: that preparation was taken once."""
+    store = Store()
+    a, b = (PreparedSummaries(max_tokens=500, count=count, shared=store) for _ in range(2))
+    await prepared_by(a, ("a", "b"))
+    taken = await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b", "c")))
+    assert taken.prepared == "used" and taken.text == "The agent ran pytest 2 times."
+    later = await NeverWaiting(a, "t", "s", Steps()).summarize(request(("a", "b", "c", "d", "e")))
+    assert later.prepared == "none_ready" and later.model == "ledger"
+
+
+async def test_a_newer_range_another_replica_prepared_beats_this_ones_copy() -> None:
+    store = Store()
+    a, b = (PreparedSummaries(max_tokens=500, count=count, shared=store) for _ in range(2))
+    await prepared_by(a, ("a", "b"))
+    await prepared_by(b, ("a", "b", "c"))
+    used = await NeverWaiting(a, "t", "s", Steps()).summarize(request(("a", "b", "c", "d")))
+    assert used.prepared == "used" and used.text == "The agent ran pytest 3 times."
+    assert store.kept == {}
+
+
+async def test_with_the_store_away_a_replica_uses_its_own_copy() -> None:
+    for away in ("put", "take", "both"):
+        results: list[str] = []
+        replica = PreparedSummaries(max_tokens=500, count=count, shared=Store(away), counted=results.append)
+        await prepared_by(replica, ("a", "b"))
+        used = await NeverWaiting(replica, "t", "s", Steps()).summarize(request(("a", "b", "c")))
+        assert used.prepared == "used", away
+        assert ("unshared" in results) == (away != "take"), (away, results)
+
+
+class SlowStore(Store):
+    """A store whose writes start (``writing``) and wait until ``written`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.written = asyncio.Event(), asyncio.Event()
+
+    async def put(self, tenant: str, session: str, data: bytes) -> None:
+        self.writing.set()
+        await self.written.wait()
+        await super().put(tenant, session, data)
+
+
+async def test_a_summary_is_not_used_while_it_is_being_stored() -> None:
+    """A point on the preparing replica while the summary is on its way to the store: used
+    there, it would land in the store afterwards, for another replica's point to use again."""
+    store = SlowStore()
+    a, b = (PreparedSummaries(max_tokens=500, count=count, shared=store) for _ in range(2))
+    a.start("t", "s", request(("a", "b")), Steps())
+    await store.writing.wait()  # summarized, now on its way to the store
+    now = await NeverWaiting(a, "t", "s", Steps()).summarize(request(("a", "b", "c")))
+    store.written.set()
+    await a.queue.idle()
+    later = await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b", "c", "d")))
+    assert [now.prepared, later.prepared] == ["none_ready", "used"]
