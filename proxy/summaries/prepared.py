@@ -27,7 +27,9 @@ whose own key pays, nor the reverse.
 Processes on one store (replicas on Redis, workers on one SQLite file) share what they prepare:
 whichever serves the session's next point takes it from the store, once. A process's own copy
 of what the store got is not used in its place (another process may have taken it, or put a
-newer range there); it stands in only when the store is away or never got it.
+newer range there); it stands in only when the store is away or never got it. A point another
+process served starts a new cycle in every process: each prepares the next point's summary
+past the mark again.
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ class PreparedSummaries:
         # Each session's summary this process made, and whether the shared store got it too.
         self._ready: OrderedDict[str, tuple[Prepared, bool]] = OrderedDict()
         self._tried: OrderedDict[str, int] = OrderedDict()
+        # The session's compaction count when this process last served it: another process
+        # served a point since when it changed (``_new_cycle``).
+        self._cycle: OrderedDict[str, int] = OrderedDict()
         # Why a session's last preparation made nothing (dropped, failed): a miss's reason.
         self._lost: OrderedDict[str, str] = OrderedDict()
         self._dry_runs: dict[str, asyncio.Task[None]] = {}
@@ -213,6 +218,7 @@ class PreparedSummaries:
     ) -> asyncio.Task[None] | None:
         """Past the prepare mark, between compaction points: the next point's summary request
         (a dry run of the policy, in the background) goes to the summarizer."""
+        self._new_cycle(session, outcome.checkpoint.compactions)
         trigger = outcome.facts.trigger
         if trigger is None or outcome.trigger is not None:
             return None
@@ -242,6 +248,23 @@ class PreparedSummaries:
             lambda t: self._dry_runs.pop(session, None) if self._dry_runs.get(session) is t else None
         )
         return task
+
+    def _new_cycle(self, session: str, compactions: int) -> None:
+        """A point of ``session`` served by another process (replicas, workers) since this one
+        last saw it starts a new cycle here too: the size its last dry run was tried at is the
+        old cycle's (larger than any request before the next point), and its copy of what it
+        prepared, if the store got it, is the store's to give (``_taken``). Kept, either would
+        stop this process preparing the next point's summary."""
+        seen = self._cycle.get(session)
+        self._cycle[session] = compactions
+        self._cycle.move_to_end(session)
+        while len(self._cycle) > self.max_sessions:
+            self._cycle.popitem(last=False)
+        if seen is None or seen == compactions:
+            return
+        self._tried.pop(session, None)
+        if self._ready.get(session, (None, False))[1]:
+            del self._ready[session]
 
     async def settle(self, session: str) -> None:
         """Wait for this session's preparation in flight (its dry run, then its summarizer

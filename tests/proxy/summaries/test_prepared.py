@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
+from policies.facts import StageFacts, TriggerFact
 from policies.ledger import CommandRecord, FileRecord, Ledger
+from policies.pipeline import Checkpoint, PolicyOutcome
 from policies.summarizer import SummaryRequest, SummaryResult
 from proxy.summaries.prepared import NeverWaiting, PreparedSummaries
 from proxy.summaries.prepared_checks import Prepared, check
@@ -191,3 +194,58 @@ async def test_a_summary_is_not_used_while_it_is_being_stored() -> None:
     await a.queue.idle()
     later = await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b", "c", "d")))
     assert [now.prepared, later.prepared] == ["none_ready", "used"]
+
+
+def between_points(compactions: int, tokens: int) -> PolicyOutcome:
+    """A request past the mark (0.5 of an 8k window) between points, ``compactions`` so far."""
+    trigger = TriggerFact(tokens=tokens, threshold=6000, window=8000, request_tokens=tokens)
+    return PolicyOutcome(
+        None,
+        tokens,
+        tokens,
+        checkpoint=Checkpoint(compactions=compactions),
+        facts=StageFacts(trigger=trigger),
+    )
+
+
+def dry_run(digests: tuple[str, ...] | None) -> Callable[[Checkpoint], Awaitable[SummaryRequest | None]]:
+    async def run(_: Checkpoint) -> SummaryRequest | None:
+        return request(digests) if digests else None
+
+    return run
+
+
+async def test_a_replica_prepares_again_once_another_served_the_point() -> None:
+    """Replica A prepared for the session's point, which B served (taking it from the store).
+    Past the mark before the next point, A prepares again: its copy of what B took, and the
+    size its last dry run tried, are the last cycle's."""
+    store = Store()
+    a, b = (PreparedSummaries(max_tokens=500, count=count, shared=store) for _ in range(2))
+    first = a.after_request("t", "s", between_points(0, 5000), Steps(), dry_run(("a", "b")), 0.5)
+    assert first is not None
+    await first
+    await a.queue.idle()
+    taken = await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b", "c")))
+    assert taken.prepared == "used"
+    # The point compacted the view: the next request is smaller than the last dry run's.
+    again = a.after_request("t", "s", between_points(1, 4200), Steps(), dry_run(("a", "b", "c", "d")), 0.5)
+    assert again is not None
+    await again
+    await a.queue.idle()
+    used = await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b", "c", "d", "e")))
+    assert used.prepared == "used" and used.text == "The agent ran pytest 4 times."
+
+
+async def test_a_dry_run_that_found_nothing_is_tried_again_in_the_next_cycle() -> None:
+    store = Store()
+    a, b = (PreparedSummaries(max_tokens=500, count=count, shared=store) for _ in range(2))
+    nothing = a.after_request("t", "s", between_points(0, 5000), Steps(), dry_run(None), 0.5)
+    assert nothing is not None
+    await nothing
+    assert a.after_request("t", "s", between_points(0, 5100), Steps(), dry_run(None), 0.5) is None
+    await NeverWaiting(b, "t", "s", Steps()).summarize(request(("a", "b")))  # B's point
+    await b.queue.idle()
+    again = a.after_request("t", "s", between_points(1, 4200), Steps(), dry_run(("a", "b")), 0.5)
+    assert again is not None
+    await again
+    await a.queue.idle()
