@@ -13,7 +13,9 @@ preparation of a session replaces an older one):
 
 At a compaction point a prepared summary is used at once if it is **checked**: it starts where
 this summary starts and covers a prefix of its range with the same digests (no branch, no
-edit since), it names no saved-output handle and no file the ledger does not know, every
+edit since), it carries forward the model narrative the session's summary has now (not one
+written before another point changed it: a replica's preparation landing late), it names no
+saved-output handle and no file the ledger does not know, every
 identifier it shares with the ledger is spelled as the ledger has it, and it fits the
 summarizer's output budget. The steps after its end are in the ledger, which the stage
 regenerates for the exact range and always appends. A summary that fails a check is dropped
@@ -48,7 +50,7 @@ from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings
 from proxy.summaries.prepare_queue import FairQueue
-from proxy.summaries.prepared_checks import Prepared, check, decoded
+from proxy.summaries.prepared_checks import Prepared, check, decoded, lineage
 from proxy.summaries.prepared_store import PreparedStore, make_prepared_store
 from proxy.telemetry.metrics import Metrics
 
@@ -150,7 +152,8 @@ class PreparedSummaries:
             self.counted("failed")
             return
         payer = str(getattr(summarizer, "payer", KEYLESS))
-        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer)
+        built_on = lineage(request.previous_summary)
+        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer, built_on)
         # Kept here only once the store has it: used here while on its way there, it would
         # land in the store afterwards, for another process's point to use again.
         stored = False
