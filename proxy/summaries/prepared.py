@@ -30,8 +30,8 @@ Processes on one store (replicas on Redis, workers on one SQLite file) share wha
 whichever serves the session's next point takes it from the store, once. A process's own copy
 of what the store got is not used in its place (another process may have taken it, or put a
 newer range there); it stands in only when the store is away or never got it. A point another
-process served starts a new cycle in every process: each prepares the next point's summary
-past the mark again.
+process served starts a new cycle in every process, and the first past the mark claims the
+next point's preparation (``prepared_store.py``): the others leave it to that one.
 """
 
 from __future__ import annotations
@@ -242,7 +242,9 @@ class PreparedSummaries:
 
         async def prepare() -> None:
             request = await dry_run(checkpoint)
-            if request is not None and request.covered_digests and not self.running(session):
+            if request is None or not request.covered_digests or self.running(session):
+                return
+            if await self._claim(tenant, session, request):
                 self.start(tenant, session, request, model)
 
         task = asyncio.ensure_future(prepare())
@@ -251,6 +253,18 @@ class PreparedSummaries:
             lambda t: self._dry_runs.pop(session, None) if self._dry_runs.get(session) is t else None
         )
         return task
+
+    async def _claim(self, tenant: str, session: str, request: SummaryRequest) -> bool:
+        """Whether this process prepares ``request`` (past the mark): the first process on the
+        store to claim the session's next point, from the narrative its summary has now, does
+        (``prepared_store.py``); alone, or with the store away, this one does."""
+        if self.shared is None:
+            return True
+        built_on = lineage(request.previous_summary)
+        try:
+            return await self.shared.claim(tenant, session, built_on, self.timeout)
+        except Exception:  # the store is away: prepared here, as without one
+            return True
 
     def _new_cycle(self, session: str, compactions: int) -> None:
         """A point of ``session`` served by another process (replicas, workers) since this one
