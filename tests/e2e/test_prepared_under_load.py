@@ -308,7 +308,7 @@ def test_prepared_summaries_through_redis_under_load(
                 assert {summarizer.made[s] for s in SERIAL.findall(view)} <= {run.marker}
     # Each preparation taken once.
     twice = {serial: at for serial, at in tally.used_at.items() if len(at) > 1}
-    assert not twice, twice
+    assert not twice, (len(twice), twice)
     check_reach(tally, summarizer)
     missed = check_metrics(metric_sums(proxies), tally, len(summarizer.made))
     left = check_redis(store, runs, tally, summarizer)
