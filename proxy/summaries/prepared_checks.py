@@ -105,6 +105,7 @@ def decoded(raw: bytes) -> Prepared | None:
         result = SummaryResult(**data["result"])
         # One stored before payers were recorded matches no request ("unknown").
         payer = str(data.get("payer") or "unknown")
+        # One stored before narratives were recorded is stale at any point (one miss).
         built_on = str(data.get("built_on", "unknown"))
         return Prepared(
             int(data["start"]), tuple(data["digests"]), result, float(data["made"]), payer, built_on
