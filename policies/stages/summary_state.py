@@ -70,7 +70,7 @@ def render_ledger(ledger: Ledger, ctx: Context) -> tuple[str, dict[str, tuple[st
     return f"{text}\n{note}", saved
 
 
-def _narrative(summary: str) -> str:
+def narrative(summary: str) -> str:
     """The model-written part of a summary message (between its header and its ledger)."""
     body = summary.removeprefix(SUMMARY_HEADER)
     end = body.find(LEDGER_HEADING)
@@ -198,7 +198,7 @@ async def _write_summary(
     )
     result = await _summarize(ctx, request)
     if not result.text.strip() and previous_text is not None:
-        result = replace(result, text=_narrative(previous_text))
+        result = replace(result, text=narrative(previous_text))
     return result
 
 

@@ -13,7 +13,9 @@ preparation of a session replaces an older one):
 
 At a compaction point a prepared summary is used at once if it is **checked**: it starts where
 this summary starts and covers a prefix of its range with the same digests (no branch, no
-edit since), it names no saved-output handle and no file the ledger does not know, every
+edit since), it carries forward the model narrative the session's summary has now (not one
+written before another point changed it: a replica's preparation landing late), it names no
+saved-output handle and no file the ledger does not know, every
 identifier it shares with the ledger is spelled as the ledger has it, and it fits the
 summarizer's output budget. The steps after its end are in the ledger, which the stage
 regenerates for the exact range and always appends. A summary that fails a check is dropped
@@ -23,6 +25,13 @@ A preparation pays with the credential of the request that started it (its summa
 credentials.py), and a prepared summary is served only to a request whose summary that same
 credential would pay for (``payer``): one made with the operator's key never reaches a client
 whose own key pays, nor the reverse.
+
+Processes on one store (replicas on Redis, workers on one SQLite file) share what they prepare:
+whichever serves the session's next point takes it from the store, once. A process's own copy
+of what the store got is not used in its place (another process may have taken it, or put a
+newer range there); it stands in only when the store is away or never got it. A point another
+process served starts a new cycle in every process, and the first past the mark claims the
+next point's preparation (``prepared_store.py``): the others leave it to that one.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings
 from proxy.summaries.prepare_queue import FairQueue
-from proxy.summaries.prepared_checks import Prepared, check, decoded
+from proxy.summaries.prepared_checks import Prepared, check, decoded, lineage
 from proxy.summaries.prepared_store import PreparedStore, make_prepared_store
 from proxy.telemetry.metrics import Metrics
 
@@ -84,8 +93,12 @@ class PreparedSummaries:
         self.queue = FairQueue(
             concurrency=concurrency, per_tenant=queue, total=max_sessions, dropped=self._dropped, depth=depth
         )
-        self._ready: OrderedDict[str, Prepared] = OrderedDict()
+        # Each session's summary this process made, and whether the shared store got it too.
+        self._ready: OrderedDict[str, tuple[Prepared, bool]] = OrderedDict()
         self._tried: OrderedDict[str, int] = OrderedDict()
+        # The session's compaction count when this process last served it: another process
+        # served a point since when it changed (``_new_cycle``).
+        self._cycle: OrderedDict[str, int] = OrderedDict()
         # Why a session's last preparation made nothing (dropped, failed): a miss's reason.
         self._lost: OrderedDict[str, str] = OrderedDict()
         self._dry_runs: dict[str, asyncio.Task[None]] = {}
@@ -139,14 +152,19 @@ class PreparedSummaries:
             self.counted("failed")
             return
         payer = str(getattr(summarizer, "payer", KEYLESS))
-        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer)
-        self._ready[session] = prepared
-        self._ready.move_to_end(session)
+        built_on = lineage(request.previous_summary)
+        prepared = Prepared(request.covered[0], request.covered_digests, result, time.time(), payer, built_on)
+        # Kept here only once the store has it: used here while on its way there, it would
+        # land in the store afterwards, for another process's point to use again.
+        stored = False
         if self.shared is not None:
             try:
                 await self.shared.put(tenant, session, orjson.dumps(prepared))
+                stored = True
             except Exception:  # this process still has it
                 self.counted("unshared")
+        self._ready[session] = (prepared, stored)
+        self._ready.move_to_end(session)
         while len(self._ready) > self.max_sessions:
             self._ready.popitem(last=False)
         self.counted("prepared")
@@ -165,14 +183,7 @@ class PreparedSummaries:
         that would pay for this request's summary; one another credential paid for is not
         served."""
         self._tried.pop(session, None)  # a new cycle: the next mark prepares afresh
-        prepared = self._ready.pop(session, None)
-        if self.shared is not None:
-            try:
-                stored = await self.shared.take(tenant, session)
-            except Exception:  # the store is away: this process's own, if any
-                stored = None
-            if prepared is None and stored is not None:
-                prepared = decoded(stored)
+        prepared = await self._taken(tenant, session)
         if prepared is None:
             return None, "none_ready"
         if prepared.payer != payer or payer == "refused":
@@ -181,6 +192,23 @@ class PreparedSummaries:
         if why is not None:
             return None, why
         return replace(prepared.result, prepared="used"), "used"
+
+    async def _taken(self, tenant: str, session: str) -> Prepared | None:
+        """The session's prepared summary, taken. What the shared store was given is the store's
+        to give: another process may have taken it already (at a point it served) or put a newer
+        range in its place, so this process's copy stands in only when the store is away, or
+        never got it."""
+        own, stored_too = self._ready.pop(session, (None, False))
+        if self.shared is None:
+            return own
+        try:
+            stored = await self.shared.take(tenant, session)
+        except Exception:  # the store is away: this process's own, if any
+            return own
+        found = decoded(stored) if stored is not None else None
+        if found is not None:
+            return found
+        return None if stored_too else own
 
     def after_request(
         self,
@@ -193,6 +221,7 @@ class PreparedSummaries:
     ) -> asyncio.Task[None] | None:
         """Past the prepare mark, between compaction points: the next point's summary request
         (a dry run of the policy, in the background) goes to the summarizer."""
+        self._new_cycle(session, outcome.checkpoint.compactions)
         trigger = outcome.facts.trigger
         if trigger is None or outcome.trigger is not None:
             return None
@@ -213,7 +242,9 @@ class PreparedSummaries:
 
         async def prepare() -> None:
             request = await dry_run(checkpoint)
-            if request is not None and request.covered_digests and not self.running(session):
+            if request is None or not request.covered_digests or self.running(session):
+                return
+            if await self._claim(tenant, session, request):
                 self.start(tenant, session, request, model)
 
         task = asyncio.ensure_future(prepare())
@@ -222,6 +253,35 @@ class PreparedSummaries:
             lambda t: self._dry_runs.pop(session, None) if self._dry_runs.get(session) is t else None
         )
         return task
+
+    async def _claim(self, tenant: str, session: str, request: SummaryRequest) -> bool:
+        """Whether this process prepares ``request`` (past the mark): the first process on the
+        store to claim the session's next point, from the narrative its summary has now, does
+        (``prepared_store.py``); alone, or with the store away, this one does."""
+        if self.shared is None:
+            return True
+        built_on = lineage(request.previous_summary)
+        try:
+            return await self.shared.claim(tenant, session, built_on, self.timeout)
+        except Exception:  # the store is away: prepared here, as without one
+            return True
+
+    def _new_cycle(self, session: str, compactions: int) -> None:
+        """A point of ``session`` served by another process (replicas, workers) since this one
+        last saw it starts a new cycle here too: the size its last dry run was tried at is the
+        old cycle's (larger than any request before the next point), and its copy of what it
+        prepared, if the store got it, is the store's to give (``_taken``). Kept, either would
+        stop this process preparing the next point's summary."""
+        seen = self._cycle.get(session)
+        self._cycle[session] = compactions
+        self._cycle.move_to_end(session)
+        while len(self._cycle) > self.max_sessions:
+            self._cycle.popitem(last=False)
+        if seen is None or seen == compactions:
+            return
+        self._tried.pop(session, None)
+        if self._ready.get(session, (None, False))[1]:
+            del self._ready[session]
 
     async def settle(self, session: str) -> None:
         """Wait for this session's preparation in flight (its dry run, then its summarizer

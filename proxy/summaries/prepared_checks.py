@@ -1,10 +1,12 @@
 """The checks a prepared summary passes before it stands for a compaction point's: it covers a
-prefix of the point's range unedited, names no handle or file the ledger does not know, spells
-every identifier it shares with the ledger as the ledger does, and fits the output budget.
+prefix of the point's range unedited, carries forward the narrative the point's summary has
+now, names no handle or file the ledger does not know, spells every identifier it shares with
+the ledger as the ledger does, and fits the output budget.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 import orjson
 
 from policies.ledger import Ledger
+from policies.stages.summary_state import narrative
 from policies.summarizer import SummaryRequest, SummaryResult
 
 _HANDLE = re.compile(r"\bout_[0-9a-f]{16}\b")
@@ -36,6 +39,15 @@ class Prepared:
     made: float
     # The digest of the credential that paid (``SummaryCredential.payer``), never the key.
     payer: str = "unknown"
+    # The narrative it was written on (``lineage`` of its request's previous summary).
+    built_on: str = ""
+
+
+def lineage(previous_summary: str | None) -> str:
+    """Which model narrative a summary request carries forward (its previous summary's, a
+    ledger-only summary keeping the one before it): a digest, "" for none."""
+    told = narrative(previous_summary) if previous_summary else ""
+    return hashlib.blake2b(told.encode(), digest_size=12).hexdigest() if told else ""
 
 
 def known_names(ledger: Ledger) -> tuple[set[str], set[str], dict[str, str]]:
@@ -64,6 +76,10 @@ def check(
         return "stale"
     if len(prepared.digests) > len(covered):
         return "stale"
+    # Written before the point's current summary (another process's preparation of an earlier
+    # point's range, landing late): it would put an older narrative in the newer one's place.
+    if prepared.built_on != lineage(request.previous_summary):
+        return "stale"
     text = prepared.result.text
     handles, files, words = known_names(request.ledger)
     unknown_handle = next((h for h in _HANDLE.findall(text) if h not in handles), None)
@@ -89,7 +105,11 @@ def decoded(raw: bytes) -> Prepared | None:
         result = SummaryResult(**data["result"])
         # One stored before payers were recorded matches no request ("unknown").
         payer = str(data.get("payer") or "unknown")
-        return Prepared(int(data["start"]), tuple(data["digests"]), result, float(data["made"]), payer)
+        # One stored before narratives were recorded is stale at any point (one miss).
+        built_on = str(data.get("built_on", "unknown"))
+        return Prepared(
+            int(data["start"]), tuple(data["digests"]), result, float(data["made"]), payer, built_on
+        )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 

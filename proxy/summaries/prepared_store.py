@@ -4,10 +4,16 @@
 Keyed by tenant and session; ``take`` reads and removes in one step, so two replicas never use
 one preparation twice. Kept as long as saved outputs (``store.keep_days``) on Redis, until the
 store's expiry on SQLite.
+
+``claim``: the first process past a session's prepare mark claims the preparation of its next
+point from the narrative the session's summary has now, for the summarizer's timeout; the
+others leave it to that one (each would otherwise pay the summarizer for the same range, and
+the last to land would replace the first). A point that finds nothing ready prepares anyway.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from typing import Protocol
@@ -20,12 +26,15 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS prepared (
     key TEXT PRIMARY KEY, data BLOB NOT NULL, updated REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prepared_claims (key TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS prepared_claims_until ON prepared_claims (until);
 """
 
 
 class PreparedStore(Protocol):
     async def put(self, tenant: str, session: str, data: bytes) -> None: ...
     async def take(self, tenant: str, session: str) -> bytes | None: ...
+    async def claim(self, tenant: str, session: str, built_on: str, seconds: float) -> bool: ...
 
 
 class SQLitePrepared:
@@ -61,6 +70,23 @@ class SQLitePrepared:
         found: bytes | None = await self.store._run(take)
         return found
 
+    async def claim(self, tenant: str, session: str, built_on: str, seconds: float) -> bool:
+        await self._schema()
+        key = f"{tenant}\x1f{session}\x1f{built_on}"
+
+        def claim(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            with transaction(db):
+                db.execute("DELETE FROM prepared_claims WHERE until < ?", (now,))
+                cursor = db.execute(
+                    "INSERT INTO prepared_claims (key, until) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                    (key, now + seconds),
+                )
+            return cursor.rowcount == 1
+
+        claimed: bool = await self.store._run(claim)
+        return claimed
+
 
 class RedisPrepared:
     def __init__(self, store: RedisStore) -> None:
@@ -72,6 +98,10 @@ class RedisPrepared:
     async def take(self, tenant: str, session: str) -> bytes | None:
         raw = await self.store.client.getdel(f"cpx:prep:{tenant}:{session}")
         return _as_bytes(raw) if raw is not None else None
+
+    async def claim(self, tenant: str, session: str, built_on: str, seconds: float) -> bool:
+        key = f"cpx:prepping:{tenant}:{session}:{built_on or '-'}"
+        return bool(await self.store.client.set(key, b"1", ex=max(1, math.ceil(seconds)), nx=True))
 
 
 def make_prepared_store(store: object) -> PreparedStore | None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
-from policies.ledger import CommandRecord, FileRecord, Ledger
+from policies.ledger import LEDGER_HEADING, CommandRecord, FileRecord, Ledger
+from policies.stages.common import summary_content
 from policies.summarizer import SummaryRequest, SummaryResult
-from proxy.summaries.prepared import NeverWaiting, Prepared, PreparedSummaries, check
+from proxy.summaries.prepared import NeverWaiting, PreparedSummaries
+from proxy.summaries.prepared_checks import Prepared, check, lineage
 
 LEDGER = Ledger(
     goal="Fix the parser in src/parser.py",
@@ -46,6 +49,23 @@ def test_a_changed_or_branched_conversation_makes_it_stale() -> None:
     assert check(prepared("ok"), request(("a", "X", "c")), 500, count) == "stale"
     assert check(prepared("ok"), request(("a", "b", "c"), start=4), 500, count) == "stale"
     assert check(prepared("ok", ("a", "b", "c")), request(("a", "b")), 500, count) == "stale"
+
+
+def summary(narrative: str, ledger: str = "- messages 2-9: handle=out_5d30d24b6338da4f") -> str:
+    """A summary message's content: the model's narrative, then the ledger."""
+    return summary_content(narrative, f"{LEDGER_HEADING}\n{ledger}")
+
+
+def test_a_summary_written_before_the_current_narrative_is_stale() -> None:
+    """Prepared for an earlier point (another replica's, landing late): it would put an older
+    narrative in place of the one the summary has now. One written on the same narrative passes,
+    also when a ledger-only point kept that narrative in between."""
+    text = "The agent ran pytest on src/parser.py."
+    now = replace(request(("a", "b", "c")), previous_summary=summary("The agent read src/parser.py."))
+    assert check(prepared(text), now, 500, count) == "stale"
+    on_it = replace(prepared(text), built_on=lineage(summary("The agent read src/parser.py.", "- other")))
+    assert check(on_it, now, 500, count) is None
+    assert lineage(summary("")) == lineage(None) == ""
 
 
 def test_what_the_ledger_does_not_know_or_spells_otherwise_is_rejected() -> None:
