@@ -42,6 +42,7 @@ from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
 from proxy.state.store_factory import make_store
 from proxy.state.token_factors import ScaledWindows, TokenFactors
+from proxy.summaries.answered import AnsweredTenants
 from proxy.summaries.prepared import make_prepared
 from proxy.summaries.summarizer import OpenAISummarizer
 from proxy.telemetry.events import EventSink, config_hash
@@ -105,7 +106,11 @@ class AppParts:
         windows = make_windows(settings, factors, log, metrics)
         learning = make_learning(settings, windows, upstream, metrics, log)
         large = LargeRequests(settings)
-        service = make_service(settings, counter, windows, store, sessions, metrics, summarizer, large)
+        # Whom the upstream answered: a keyless summarizer prepares only for them (answered.py).
+        answered = AnsweredTenants()
+        service = make_service(
+            settings, counter, windows, store, sessions, metrics, summarizer, large, answered
+        )
         policies = build_policies(policy_specs(settings))
         dialects = make_dialects(HiddenRounds(store, shared=shared))
         shadow = ShadowComparer(
@@ -132,6 +137,7 @@ class AppParts:
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
         observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log))
+        observers.append(answered)
         canary = settings.mode == "canary"
         judge = CanaryJudge(settings.canary, book, arms, metrics, events, log) if canary else None
         return cls(
@@ -179,6 +185,7 @@ def make_service(
     metrics: Metrics,
     summarizer: OpenAISummarizer | None,
     large: LargeRequests,
+    answered: AnsweredTenants | None = None,
 ) -> CompactionService:
     """The compaction service; prepared summaries shared through the store when other
     processes serve the same sessions."""
@@ -197,6 +204,7 @@ def make_service(
         injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
         prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None),
         prepare_at=settings.summarizer.prepare_at,
+        answered=answered,
     )
 
 

@@ -27,6 +27,7 @@ from proxy.state.session_index import Resolution
 from proxy.state.sessions import MemorySessions, root_session
 from proxy.state.store import Store
 from proxy.state.token_factors import ScaledWindows
+from proxy.summaries.answered import AnsweredTenants
 from proxy.summaries.credentials import SummaryCredential
 from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.summaries.summarizer import OpenAISummarizer
@@ -86,6 +87,7 @@ class CompactionService:
         known_prefix_tokens: int = 8 * 1024 * 1024,
         prepared: PreparedSummaries | None = None,
         prepare_at: float | None = None,
+        answered: AnsweredTenants | None = None,
     ) -> None:
         """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
         output (the read tool's schema), kept free by the token safeguard."""
@@ -106,6 +108,15 @@ class CompactionService:
         # Model summaries prepared ahead (summarizer.prepare_at): a compaction point never waits.
         self.prepared = prepared if summarizer is not None and prepare_at is not None else None
         self.prepare_at = prepare_at or 1.0
+        # The tenants the upstream has answered in this process (None: every tenant may prepare).
+        self.answered = answered
+
+    def may_prepare(self, tenant: str, model: Any) -> bool:
+        """Whether work no client waits for may be spent on this tenant: always with its own
+        credential (the provider checks it); with a keyless summarizer (the operator's
+        capacity), only once the upstream has answered the tenant (``answered.py``)."""
+        keyless = bool(getattr(model, "keyless", False))
+        return self.answered is None or not keyless or tenant in self.answered
 
     def keeps_session_state(self, policy: Policy) -> bool:
         # A checkpoint belongs to one policy: switching policies mid-session starts afresh.
@@ -324,12 +335,13 @@ class CompactionService:
             model = summarizer
             # No credential of this client's may pay: nothing is prepared for it either.
             prepared = self.prepared if model is not None and model.payable else None
+            may_prepare = self.may_prepare(tenant, model)
             if prepared is not None:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
-                summarizer = NeverWaiting(prepared, tenant, session, model, wait)
+                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare)
             outcome = await compute(checkpoint, summarizer)
-            if prepared is not None and dry_run is not None:
+            if prepared is not None and dry_run is not None and may_prepare:
                 task = prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
                 if task is not None:
                     self.background.add(task)

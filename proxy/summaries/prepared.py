@@ -303,10 +303,18 @@ class NeverWaiting:
     else the ledger alone at once, and this range prepared for the next point."""
 
     def __init__(
-        self, summaries: PreparedSummaries, tenant: str, session: str, model: Summarizer, wait: bool = False
+        self,
+        summaries: PreparedSummaries,
+        tenant: str,
+        session: str,
+        model: Summarizer,
+        wait: bool = False,
+        may_prepare: bool = True,
     ) -> None:
-        """``wait``: settle the session's preparation in flight first (the replay's header)."""
+        """``wait``: settle the session's preparation in flight first (the replay's header);
+        ``may_prepare``: whether this point may prepare the next one (``answered.py``)."""
         self.wait = wait
+        self.may_prepare = may_prepare
         self.summaries = summaries
         self.tenant = tenant
         self.session = session
@@ -324,10 +332,10 @@ class NeverWaiting:
             return used
         state = self.summaries.queue.state(self.session)
         if why == "none_ready":
-            self.summaries.missed(self.summaries.miss(self.session))
+            self.summaries.missed(self.summaries.miss(self.session) if self.may_prepare else "unanswered")
         # A preparation running is kept (it covers a prefix of the next point's range); one
         # still waiting gives way to this point's range, newer and as cheap to make.
-        if state != "running":
+        if state != "running" and self.may_prepare:
             self.summaries.start(self.tenant, self.session, request, self.model)
         return SummaryResult(text="", model="ledger", prompt_family="ledger", prepared=why)
 

@@ -210,6 +210,11 @@ class SessionSummarizer:
     def payable(self) -> bool:
         return self.credential.refused is None
 
+    @property
+    def keyless(self) -> bool:
+        """Asked with no credential at all: the operator's own capacity (a local model)."""
+        return self.credential.refused is None and not self.credential.headers
+
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         settings = self.parent.settings
         if self.credential.refused is not None:

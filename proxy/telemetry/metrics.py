@@ -269,7 +269,8 @@ class Metrics:
         self.prepared_summaries_missed = Counter(
             "compaction_proxy_prepared_summaries_missed",
             "Compaction points that found no prepared summary ready, by why: queued (its preparation "
-            "waited for a slot), running, dropped (its tenant's queue was full), failed, none.",
+            "waited for a slot), running, dropped (its tenant's queue was full), failed, "
+            "unanswered (a keyless summarizer prepares only for tenants the upstream answered), none.",
             ("reason",),
             registry=r,
         )
