@@ -176,7 +176,7 @@ class LoopRunner:
         requested = dialect.answer_tokens(body)
         plan = LoopPlan(
             dialect.with_read_tool(body, self.read_max_lines),
-            window=self.windows.window_for(body.get("model")),
+            window=self.windows.window_for(dialect.model_of(body)),
             reserve=max(1024, requested),
             requested=requested,
         )
