@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 DATA = (
     "text",
     "inlineData",
@@ -120,9 +122,23 @@ def current_turn(contents: list[Any]) -> int:
     return 0
 
 
+def call_key(call: dict[str, Any]) -> str:
+    """A call as the server made it: its name and arguments (a client may add an ``id``)."""
+    return orjson.dumps([call.get("name"), call.get("args")], option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _same_part(part: dict[str, Any], given: dict[str, Any]) -> bool:
+    """The part a signature came on: the same call, or a text (a client may join the text
+    pieces before it)."""
+    if "functionCall" in given:
+        call = part.get("functionCall")
+        return isinstance(call, dict) and call_key(call) == call_key(given["functionCall"])
+    return isinstance(part.get("text"), str) and isinstance(given.get("text"), str)
+
+
 def signature_problems(body: dict[str, Any], emitted: dict[str, Any], calls: dict[str, str]) -> list[str]:
-    """``emitted``: signature -> the part the server gave it on; ``calls``: the id of every call
-    the server made with a signature -> that signature."""
+    """``emitted``: signature -> the part the server gave it on; ``calls``: every call the
+    server made with a signature (``call_key``) -> that signature."""
     found: list[str] = []
     contents = body.get("contents") or []
     for index, position, signature in signed(body):
@@ -132,14 +148,14 @@ def signature_problems(body: dict[str, Any], emitted: dict[str, Any], calls: dic
         given = emitted.get(signature)
         if given is None:
             found.append(f"contents[{index}].parts[{position}]: a thought signature the server never gave")
-        elif part != given:
+        elif not _same_part(part, given):
             found.append(
                 f"contents[{index}].parts[{position}]: a thought signature on another part than its own"
             )
     for index in range(current_turn(contents), len(contents)):
         for call_part in _parts(contents[index]):
             call = call_part.get("functionCall") if isinstance(call_part, dict) else None
-            if isinstance(call, dict) and call.get("id") in calls and "thoughtSignature" not in call_part:
+            if isinstance(call, dict) and call_key(call) in calls and "thoughtSignature" not in call_part:
                 found.append(
                     f"contents[{index}]: Function call is missing a thought_signature in functionCall parts."
                 )

@@ -37,7 +37,7 @@ from proxy.wire.errors import ProxyError, google_error_body
 from proxy.wire.response_writer import ResponseWriter
 from proxy.wire.sse_framer import event_data, recorded_events
 
-_END = b"\r\n\r\n"
+_END = b"\n\n"
 _PROMPT_KEYS = ("promptTokenCount", "cachedContentTokenCount", "toolUsePromptTokenCount")
 _OUTPUT_KEYS = ("candidatesTokenCount", "thoughtsTokenCount")
 

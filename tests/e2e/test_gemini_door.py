@@ -1,0 +1,132 @@
+"""The Gemini door end to end: the real proxy (``compaction-proxy serve``) between a Gemini
+CLI-like agent loop (``tests/gemini_upstream/client.py``: Gemini CLI 0.61.0's bodies and
+history) and the fake Gemini API (``tests/gemini_upstream``), which enforces an 8k window in the
+API's own words and its protocol checks (every ``functionCall`` answered part for part, thought
+signatures echoed on their part). A long run that fails direct completes through the proxy,
+streamed and not: every request reaches the fake within its window with every call answered
+and every signature where it was given, outputs are offloaded, the model's ``read_tool_output``
+calls are answered inside the proxy (the client never sees one), the key goes upstream in
+``x-goog-api-key`` whether the client sent it there or in ``?key=`` (and never in a URL or a
+log line), and the proxy's own errors are in Google's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gemini_upstream import HANDLE, GeminiUpstream
+from tests.gemini_upstream.client import MODEL, run_agent
+
+pytestmark = pytest.mark.e2e
+
+WINDOW = 8192
+STEPS = 12
+KEY = "AIza-gemini-door-0000000000000"
+TASK = "Run the twelve checks one by one and report what failed."
+
+
+@pytest.fixture
+def fake() -> Iterator[Callable[..., GeminiUpstream]]:
+    started: list[GeminiUpstream] = []
+
+    def start(**options: Any) -> GeminiUpstream:
+        settings = {"window": WINDOW, "steps": STEPS, "read_every": 4, "api_key": KEY, **options}
+        server = GeminiUpstream(**settings).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def config(fake: GeminiUpstream) -> dict[str, Any]:
+    return {
+        "policy": "improved",
+        "gemini": {"base_url": fake.base_url, "code_assist_url": fake.base_url},
+        # The fake counts 10% over the packaged encoding: the factor keeps the proxy under it.
+        "models": {"gemini-*": {"window": WINDOW, "token_factor": 1.2}},
+    }
+
+
+def test_a_long_run_fails_direct_at_the_window(fake: Callable[..., GeminiUpstream]) -> None:
+    server = fake()
+    with pytest.raises(AssertionError, match="exceeds the maximum number of tokens allowed"):
+        run_agent(server.base_url, stream=True, run="direct", key=KEY, task=TASK)
+    refused = [s for s in server.requests if s.kind == "refused"]
+    assert len(refused) == 1 and refused[0].tokens > WINDOW
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_a_long_run_completes_through_the_proxy_within_the_window(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any, stream: bool
+) -> None:
+    server = fake()
+    proxy = start_proxy(config(server))
+    seen = run_agent(proxy.url, stream=stream, run=f"through-{stream}", key=KEY, task=TASK)
+    requests = server.requests
+    assert [s.kind for s in requests if s.kind in ("refused", "invalid", "unauthorized")] == []
+    assert max(s.tokens for s in requests) <= WINDOW
+    assert all(s.problems == [] and s.signature_problems == [] and s.leaks == [] for s in requests), [
+        (s.index, s.problems, s.signature_problems, s.leaks)
+        for s in requests
+        if s.problems or s.signature_problems or s.leaks
+    ]
+    assert all(s.model == MODEL and s.stream == stream for s in requests)
+    # Outputs were offloaded (the views name handles) and the model read some back inside the proxy.
+    assert any(s.handles for s in requests)
+    follow_ups = [s for s in requests if s.read_follow_up]
+    assert follow_ups and all(s.offered_read for s in requests if s.kind == "read")
+    assert len(requests) == len(seen.answers) + len(follow_ups)
+    # The client never saw the read tool, its calls or its rounds.
+    assert all(b"read_tool_output" not in raw for raw in seen.raw)
+    assert sum(1 for parts in seen.answers if any("functionCall" in p for p in parts)) == STEPS
+    # The key went upstream in its header, never in a URL.
+    assert all(s.headers.get("x-goog-api-key") == KEY and "key=" not in s.query for s in requests)
+    assert not any(KEY in line for line in proxy.log_lines())
+
+
+def test_a_key_in_the_query_goes_upstream_in_its_header(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    server = fake(steps=2)
+    proxy = start_proxy(config(server))
+    run_agent(proxy.url, stream=True, run="query-key", key=KEY, task="Two checks.", key_in_query=True)
+    assert server.requests and all(s.headers.get("x-goog-api-key") == KEY for s in server.requests)
+    assert all("key=" not in s.query and s.query == "alt=sse" for s in server.requests)
+    assert not any(KEY in line for line in proxy.log_lines())
+
+
+def test_the_proxys_own_errors_are_in_googles_shape(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    server = fake()
+    proxy = start_proxy(config(server))
+    url = f"{proxy.url}/v1beta/models/{MODEL}:generateContent"
+    headers = {"x-goog-api-key": KEY, "content-type": "application/json"}
+    bad = httpx.post(url, content=b'{"contents": 7}', headers=headers, trust_env=False)
+    assert bad.status_code == 400
+    error = bad.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and error["code"] == 400 and "contents" in error["message"]
+    unknown = httpx.post(url, content=b'{"contents": []}', headers={**headers, "x-compaction-policy": "nope"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["status"] == "INVALID_ARGUMENT"
+    # A route of the Gemini API the proxy does not compact is relayed verbatim.
+    model = httpx.get(f"{proxy.url}/v1beta/models/{MODEL}", headers=headers, trust_env=False)
+    assert model.status_code == 200 and model.json()["inputTokenLimit"] == WINDOW
+    assert ("GET", f"/v1beta/models/{MODEL}") in server.others
+
+
+def test_the_handles_the_model_read_are_the_views(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    server = fake(steps=8)
+    proxy = start_proxy(config(server))
+    run_agent(proxy.url, stream=True, run="reads", key=KEY, task="Eight checks.")
+    reads = [s for s in server.requests if s.kind == "read"]
+    assert reads
+    for seen in reads:
+        (call,) = [p["functionCall"] for p in seen.parts if "functionCall" in p]
+        assert HANDLE.fullmatch(f"handle={call['args']['handle']}") and call["args"]["handle"] in seen.handles
