@@ -10,6 +10,7 @@ from proxy.dialects.chat import ChatDialect
 from proxy.dialects.doors import BODY_SAYS, Door, DoorTable, Target
 from proxy.dialects.gemini import GeminiDialect
 from proxy.dialects.gemini_code_assist import CodeAssistDialect
+from proxy.dialects.gemini_count import GeminiCountDialect
 from proxy.dialects.hidden_rounds import HiddenRounds
 from proxy.dialects.responses import ResponsesDialect
 
@@ -17,7 +18,7 @@ _SSE = (b"alt", b"sse")
 
 # Every other route, `/v1/responses/compact`, `GET /v1/responses/{id}`,
 # `/v1/messages/count_tokens`, a Gemini stream without `alt=sse` and every other Gemini and
-# Code Assist method included, is relayed verbatim.
+# Code Assist method (Code Assist's countTokens too) included, is relayed verbatim.
 DOORS: tuple[Door, ...] = (
     Door(b"POST", b"/v1/chat/completions", "chat", "openai", "OpenAI Chat Completions"),
     Door(b"POST", b"/v1/responses", "responses", "openai", "OpenAI Responses"),
@@ -38,6 +39,14 @@ DOORS: tuple[Door, ...] = (
         "Gemini streamGenerateContent (alt=sse)",
         stream=True,
         query=_SSE,
+    ),
+    Door(
+        b"POST",
+        b"/v1beta/models/{model}:countTokens",
+        "gemini_count",
+        "gemini",
+        "Gemini countTokens, of the compacted view",
+        stream=False,
     ),
     Door(
         b"POST",
@@ -66,6 +75,7 @@ def make_dialects(hidden: HiddenRounds | None = None) -> dict[str, Dialect]:
         "responses": ResponsesDialect(),
         "anthropic": AnthropicDialect(hidden),
         "gemini": GeminiDialect(),
+        "gemini_count": GeminiCountDialect(),
         "code_assist": CodeAssistDialect(),
     }
 

@@ -34,6 +34,7 @@ _GEN_AI_PROVIDER = {
     "responses": "openai",
     "anthropic": "anthropic",
     "gemini": "gcp.gemini",
+    "gemini_count": "gcp.gemini",
     "code_assist": "gcp.gemini",
 }
 _KINDS = {"internal": wire.KIND_INTERNAL, "client": wire.KIND_CLIENT}

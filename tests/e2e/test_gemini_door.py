@@ -130,3 +130,48 @@ def test_the_handles_the_model_read_are_the_views(
     for seen in reads:
         (call,) = [p["functionCall"] for p in seen.parts if "functionCall" in p]
         assert HANDLE.fullmatch(f"handle={call['args']['handle']}") and call["args"]["handle"] in seen.handles
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["contents", "generateContentRequest"])
+def test_count_tokens_counts_the_compacted_view(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any, wrapped: bool
+) -> None:
+    server = fake()
+    proxy = start_proxy(config(server))
+    history = run_agent(proxy.url, stream=True, run=f"count-{wrapped}", key=KEY, task=TASK).body
+    direct = server.count(history)
+    assert direct > WINDOW  # the history as the client holds it would not fit
+    body: dict[str, Any] = {"contents": history["contents"]}
+    if wrapped:
+        body = {"generateContentRequest": {"model": f"models/{MODEL}", **history}}
+    response = httpx.post(
+        f"{proxy.url}/v1beta/models/{MODEL}:countTokens",
+        json=body,
+        headers={"x-goog-api-key": KEY},
+        trust_env=False,
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    total = response.json()["totalTokens"]
+    counted, said = server.counted[-1]
+    assert said == total and total <= WINDOW < direct
+    assert len(counted["contents"]) < len(history["contents"])  # the view the model would see
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_the_code_assist_path_is_compacted_the_same_way(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any, stream: bool
+) -> None:
+    server = fake(steps=8)
+    proxy = start_proxy(config(server))
+    seen = run_agent(proxy.url, stream=stream, run=f"gca-{stream}", key=KEY, task=TASK, code_assist=True)
+    requests = server.requests
+    assert requests and all(
+        s.path == f"/v1internal:{'streamGenerateContent' if stream else 'generateContent'}" for s in requests
+    )
+    assert [s.kind for s in requests if s.kind in ("refused", "invalid", "unauthorized")] == []
+    assert max(s.tokens for s in requests) <= WINDOW
+    assert all(s.problems == [] and s.signature_problems == [] and s.leaks == [] for s in requests)
+    assert any(s.handles for s in requests) and any(s.read_follow_up for s in requests)
+    assert all(b"read_tool_output" not in raw for raw in seen.raw)
+    assert all(s.headers.get("authorization") == f"Bearer {KEY}" for s in requests)

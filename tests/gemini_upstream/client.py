@@ -52,14 +52,18 @@ def request_body(contents: list[Any]) -> dict[str, Any]:
     }
 
 
-def answer_parts(raw: bytes, stream: bool) -> list[dict[str, Any]]:
+def answer_parts(raw: bytes, stream: bool, code_assist: bool = False) -> list[dict[str, Any]]:
     """The parts of an answer (a stream's events' parts in order); a stream must end with one
-    finish reason, as Gemini CLI checks."""
+    finish reason, as Gemini CLI checks. Code Assist's answers are unwrapped."""
     if not stream:
-        return list(orjson.loads(raw)["candidates"][0]["content"]["parts"])
+        data = orjson.loads(raw)
+        return list((data["response"] if code_assist else data)["candidates"][0]["content"]["parts"])
     events = [
         orjson.loads(e[6:]) for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.startswith(b"data: ")
     ]
+    if code_assist:
+        assert all(set(e) == {"response"} for e in events), events[:1]
+        events = [e["response"] for e in events]
     assert events and all("error" not in e for e in events), raw[-500:]
     reasons = [e["candidates"][0].get("finishReason") for e in events if e.get("candidates")]
     assert reasons[-1] == "STOP" and sum(1 for r in reasons if r) == 1, reasons
@@ -88,10 +92,12 @@ def run_agent(
     key: str,
     task: str,
     key_in_query: bool = False,
+    code_assist: bool = False,
     limit: int = 60,
     lines: int = 90,
 ) -> AgentRun:
-    """The loop until the model's final answer; ``base``: the proxy's (or the fake's) root URL."""
+    """The loop until the model's final answer; ``base``: the proxy's (or the fake's) root URL.
+    ``code_assist``: over Gemini CLI's Code Assist path (its envelope, a bearer token)."""
     contents: list[Any] = [
         {"role": "user", "parts": [{"text": "<session_context>linux</session_context>"}, {"text": task}]}
     ]
@@ -102,20 +108,22 @@ def run_agent(
             method = "streamGenerateContent" if stream else "generateContent"
             query = {"alt": "sse"} if stream else {}
             headers = {"content-type": "application/json", "x-agent-run": run}
-            if key_in_query:
+            seen.body = request_body(contents)
+            body: dict[str, Any] = seen.body
+            url = f"{base}/v1beta/models/{MODEL}:{method}"
+            if code_assist:
+                url = f"{base}/v1internal:{method}"
+                request = {**body, "session_id": run}
+                body = {"model": MODEL, "project": "p-1", "user_prompt_id": run, "request": request}
+                headers["authorization"] = f"Bearer {key}"
+            elif key_in_query:
                 query["key"] = key
             else:
                 headers["x-goog-api-key"] = key
-            seen.body = request_body(contents)
-            response = http.post(
-                f"{base}/v1beta/models/{MODEL}:{method}",
-                params=query,
-                headers=headers,
-                content=orjson.dumps(seen.body),
-            )
+            response = http.post(url, params=query, headers=headers, content=orjson.dumps(body))
             assert response.status_code == 200, response.text[:2000]
             seen.raw.append(response.content)
-            parts = answer_parts(response.content, stream)
+            parts = answer_parts(response.content, stream, code_assist)
             seen.answers.append(parts)
             kept = history_parts(parts, turn)
             contents.append({"role": "model", "parts": kept})

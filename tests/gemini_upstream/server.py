@@ -101,7 +101,7 @@ class GeminiUpstream:
         self.tokenizer = GeminiTokenizer(factor)
         self.requests: list[Seen] = []
         self.others: list[tuple[str, str]] = []  # (method, path) of any other route
-        self.counted: list[int] = []  # what countTokens answered
+        self.counted: list[tuple[dict[str, Any], int]] = []  # what countTokens was asked, and said
         self.runs: dict[str, Run] = {}
         self.emitted: dict[str, dict[str, Any]] = {}  # signature -> the part it came on
         self.signed_calls: dict[str, str] = {}  # the signed calls' (name, args) -> signature
@@ -122,6 +122,8 @@ class GeminiUpstream:
     def _judge(self, seen: Seen) -> tuple[int, dict[str, Any]] | Plan:
         body, headers = seen.body, seen.headers
         key = headers.get("x-goog-api-key") or _query_key(seen.query)
+        if seen.path.startswith("/v1internal"):
+            key = headers.get("authorization", "").removeprefix("Bearer ")
         if self.api_key is not None and key != self.api_key:
             seen.kind, seen.status = "unauthorized", 400
             return 400, wire.bad_key()
@@ -199,8 +201,13 @@ class GeminiUpstream:
         if request.method == "POST" and path.endswith(":countTokens"):
             body = orjson.loads(await request.read())
             inner = body.get("generateContentRequest") or body
+            if set(body) - {"contents", "generateContentRequest"}:
+                return _json(
+                    400, wire.error_body(400, f"Invalid JSON payload received. Unknown name {sorted(body)}")
+                )
             tokens = self.count(inner)
-            self.counted.append(tokens)
+            with self._lock:
+                self.counted.append((inner, tokens))
             return _json(200, {"totalTokens": tokens})
         if request.method == "GET" and path.startswith("/v1beta/models/"):
             name = path.removeprefix("/v1beta/")
