@@ -113,6 +113,10 @@ class Dialect(Protocol):
         """The model a body this adapter wrote is for."""
         ...
 
+    def json_url(self, url: str) -> str:
+        """The URL asking for the same answer as one JSON body (a shadow comparison's)."""
+        ...
+
     @property
     def tool_call_marker(self) -> bytes:
         """Bytes only an answer that calls a tool contains."""
@@ -314,6 +318,9 @@ class BaseDialect:
 
     def model_of(self, body: dict[str, Any]) -> Any:
         return body.get("model")
+
+    def json_url(self, url: str) -> str:
+        return url
 
     def answer_tokens(self, body: dict[str, Any]) -> int:
         return int_field(body, self.max_tokens_key)

@@ -74,6 +74,13 @@ class GeminiDialect(BaseDialect):
     def model_of(self, body: dict[str, Any]) -> Any:
         return self.target.model
 
+    def json_url(self, url: str) -> str:
+        """A stream's URL asking for one JSON answer: ``:generateContent``, no ``alt=sse``."""
+        path, _, query = url.partition("?")
+        path = path.replace(":streamGenerateContent", ":generateContent")
+        kept = "&".join(p for p in query.split("&") if p and p != "alt=sse")
+        return f"{path}?{kept}" if kept else path
+
     def inner(self, body: dict[str, Any]) -> dict[str, Any]:
         """The ``generateContent`` request a body holds."""
         return body

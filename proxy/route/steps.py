@@ -347,7 +347,11 @@ class CompactingRoute:
             if self.shadow.wanted():
                 headers = draft.provider.upstream_headers(draft.headers)
                 exchange.compare = ShadowCompare(
-                    body=view, url=draft.url, headers=headers, dialect=draft.dialect.name
+                    body=view,
+                    url=draft.dialect.json_url(draft.url),
+                    headers=headers,
+                    dialect=draft.dialect.name,
+                    target=draft.target,
                 )
             draft.view = None  # the client's bytes go
             return False

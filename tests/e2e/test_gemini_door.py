@@ -11,6 +11,7 @@ log line), and the proxy's own errors are in Google's shape."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -175,3 +176,63 @@ def test_the_code_assist_path_is_compacted_the_same_way(
     assert any(s.handles for s in requests) and any(s.read_follow_up for s in requests)
     assert all(b"read_tool_output" not in raw for raw in seen.raw)
     assert all(s.headers.get("authorization") == f"Bearer {KEY}" for s in requests)
+
+
+def test_a_long_history_is_compacted_in_a_worker_process_for_its_paths_model(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    """Past ``large_request_messages`` contents, a body is read and compacted in a worker
+    process, which gets the model and the stream from the path as the event loop does."""
+    server = fake()
+    proxy = start_proxy({**config(server), "server": {"large_request_messages": 10}})
+    run_agent(proxy.url, stream=True, run="worker", key=KEY, task=TASK)
+    requests = server.requests
+    assert [s.kind for s in requests if s.kind in ("refused", "invalid", "unauthorized")] == []
+    assert max(s.tokens for s in requests) <= WINDOW and any(s.read_follow_up for s in requests)
+    assert all(s.problems == [] and s.signature_problems == [] and s.leaks == [] for s in requests)
+    events = httpx.get(proxy.base_url + "/compaction/events", headers={"x-goog-api-key": KEY}).json()["data"]
+    large = [e for e in events if (e.get("details") or {}).get("large_request")]
+    assert large and all(e["details"]["large_request"]["worker_process"] is True for e in large)
+    assert {e["model"] for e in events} == {MODEL} and {e["dialect"] for e in events} == {"gemini"}
+
+
+def test_shadow_mode_sends_the_original_and_asks_the_view_for_one_json_answer(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    """Shadow mode through the Gemini door: the client's stream goes as sent (the fake's window
+    is the real model's), the view made for the configured 8k window is asked in the background
+    at ``:generateContent`` for the path's model, and the decisions compared in the event."""
+    server = fake(window=1_048_576, steps=6)
+    shadow = {"mode": "shadow", "shadow": {"compare": True, "sample_rate": 1.0}}
+    proxy = start_proxy({**config(server), **shadow})
+    run_agent(proxy.url, stream=True, run="shadow", key=KEY, task=TASK)
+    deadline = time.monotonic() + 20
+    while True:
+        events = httpx.get(proxy.base_url + "/compaction/events", headers={"x-goog-api-key": KEY}).json()[
+            "data"
+        ]
+        compared = [e["shadow_compare"] for e in events if e.get("shadow_compare")]
+        if len(compared) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(compared) >= 3 and all(c["error"] is None and c["shadow"] for c in compared), compared
+    asked = [s for s in server.requests if not s.stream]
+    assert asked and all(s.path == f"/v1beta/models/{MODEL}:generateContent" and s.query == "" for s in asked)
+    assert all(s.problems == [] and s.signature_problems == [] for s in server.requests)
+    assert max(s.tokens for s in asked) < max(s.tokens for s in server.requests if s.stream)
+
+
+def test_the_window_is_learned_from_the_apis_refusal(
+    fake: Callable[..., GeminiUpstream], start_proxy: Any
+) -> None:
+    """With no window configured for the model, the API's "The input token count (N) exceeds
+    the maximum number of tokens allowed (M)." teaches it: the request is compacted to it and
+    sent again, and the agent never sees the refusal."""
+    server = fake()
+    proxy = start_proxy({"policy": "improved", "gemini": {"base_url": server.base_url}})
+    run_agent(proxy.url, stream=True, run="learn", key=KEY, task=TASK)
+    refused = [s.index for s in server.requests if s.kind == "refused"]
+    assert len(refused) == 1 and server.requests[refused[0] + 1].tokens <= WINDOW
+    assert all(s.tokens <= WINDOW for s in server.requests[refused[0] + 1 :])
+    learned = [line for line in proxy.log_lines() if "model_window_refused" in line]
+    assert learned and '"window":8192' in learned[0] and '"retried":true' in learned[0]
