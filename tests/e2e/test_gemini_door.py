@@ -88,6 +88,10 @@ def test_a_long_run_completes_through_the_proxy_within_the_window(
     # The key went upstream in its header, never in a URL.
     assert all(s.headers.get("x-goog-api-key") == KEY and "key=" not in s.query for s in requests)
     assert not any(KEY in line for line in proxy.log_lines())
+    # The factor is calibrated from the prompt tokens the answers report (usageMetadata).
+    events = httpx.get(proxy.base_url + "/compaction/events", headers={"x-goog-api-key": KEY}).json()["data"]
+    counts = [e["token_count"] for e in events if (e.get("token_count") or {}).get("reported")]
+    assert counts and all(c["factor"] > 1.0 for c in counts)
 
 
 def test_a_key_in_the_query_goes_upstream_in_its_header(
