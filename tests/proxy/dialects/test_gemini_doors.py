@@ -6,17 +6,21 @@ path after it), errors are in Google's shape, a versioned base URL is refused, a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
 from proxy.config.settings import ConfigError, load_settings
 from proxy.dialects import DOORS, DoorTable, make_dialects
+from proxy.dialects.agent_compaction import agent_compaction
 from proxy.dialects.doors import Target
 from proxy.upstream.providers import make_providers
 from proxy.wire.errors import ProxyError, google_error_body
 from proxy.wire.forwarding import key_from_query, upstream_request_headers
 
 TABLE = DoorTable(DOORS)
+GEMINI = Path(__file__).resolve().parents[2] / "fixtures" / "gemini"
 
 
 def found(path: bytes, query: bytes = b"") -> tuple[str, Target] | None:
@@ -105,3 +109,30 @@ def test_count_tokens_bodies_keep_the_shape_the_api_takes() -> None:
     wrapped = {"generateContentRequest": {"model": "models/gemini-2.5-pro", "contents": history}}
     assert set(count.with_read_tool(wrapped, 100)["generateContentRequest"]) == {"model", "contents", "tools"}
     assert count.json_answer({"totalTokens": 12}) is None  # relayed as it comes
+
+
+def test_gemini_clis_own_compression_is_recognized() -> None:
+    gemini = make_dialects()["gemini"].at(Target("gemini-3.1-pro-preview-customtools", False))
+    snapshot = orjson.loads((GEMINI / "gemini-cli-compression.json").read_bytes())
+    assert agent_compaction([], gemini.parse(snapshot).neutral["messages"]) == "gemini-cli"
+    verify = orjson.loads((GEMINI / "gemini-cli-compression-verify.json").read_bytes())
+    last = verify["contents"][-1]["parts"][0]
+    # The captured verification prompt is filler: its opening words as Gemini CLI writes them.
+    verify["contents"][-1] = {
+        "role": "user",
+        "parts": [{"text": "Critically evaluate the <state_snapshot> " + last["text"]}],
+    }
+    assert agent_compaction([], gemini.parse(verify).neutral["messages"]) == "gemini-cli"
+    turn = orjson.loads((GEMINI / "gemini-cli-turn4.json").read_bytes())
+    assert agent_compaction([], gemini.parse(turn).neutral["messages"]) is None
+
+
+def test_a_shadow_comparison_asks_one_json_answer() -> None:
+    gemini = make_dialects()["gemini"]
+    url = "https://generativelanguage.googleapis.com/v1beta/models/m:streamGenerateContent?alt=sse&x=1"
+    assert (
+        gemini.json_url(url)
+        == "https://generativelanguage.googleapis.com/v1beta/models/m:generateContent?x=1"
+    )
+    assert gemini.json_url(url.replace("&x=1", "")).endswith("/v1beta/models/m:generateContent")
+    assert make_dialects()["chat"].json_url("http://u/v1/chat/completions") == "http://u/v1/chat/completions"
