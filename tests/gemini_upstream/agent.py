@@ -113,6 +113,15 @@ def read_handles(body: dict[str, Any]) -> set[str]:
     }
 
 
+def _instance(schema: dict[str, Any]) -> Any:
+    """The smallest value a JSON schema (Gemini's, types in either case) takes: 1 for a number."""
+    kind = str(schema.get("type", "object")).lower()
+    if kind == "object":
+        properties: dict[str, Any] = schema.get("properties") or {}
+        return {name: _instance(properties.get(name) or {}) for name in schema.get("required") or properties}
+    return {"integer": 1, "number": 1, "boolean": False, "array": []}.get(kind, "simple")
+
+
 class ScriptedModel:
     def __init__(
         self,
@@ -133,6 +142,9 @@ class ScriptedModel:
         after = replace(run, answers=run.answers + 1)
         thinking = ((body.get("generationConfig") or {}).get("thinkingConfig") or {}).get("includeThoughts")
         head = [{"text": f"Thinking about answer {after.answers}.", "thought": True}] if thinking else []
+        schema = (body.get("generationConfig") or {}).get("responseJsonSchema")
+        if isinstance(schema, dict):  # a structured side request (Gemini CLI's model router)
+            return Plan("json", [{"text": orjson.dumps(_instance(schema)).decode()}], run)
         if is_compaction(body) or not declarations(body):
             snapshot = f"{SUMMARY_PREFIX} <state_snapshot>step {run.step} of {self.steps}</state_snapshot>"
             return self._signed(Plan("summary", [*head, {"text": snapshot}], run), run.key, after.answers)
