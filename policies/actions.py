@@ -131,7 +131,9 @@ _SHELL_TOOLS = frozenset(
 _EDITOR_TOOLS = frozenset(
     {"str_replace_editor", "str_replace_based_edit_tool", "file_editor", "edit_file", "text_editor"}
 )
-_READ_TOOLS = frozenset({"Read", "read_file", "view_file", "open_file", "cat", "NotebookRead", "view_image"})
+_READ_TOOLS = frozenset(
+    {"Read", "read_file", "read_many_files", "view_file", "open_file", "cat", "NotebookRead", "view_image"}
+)
 _WRITE_TOOLS = frozenset({"Write", "write_file", "create_file", "write_to_file", "create"})
 _SWE_EDIT_TOOLS = frozenset({"edit", "insert", "append"})
 _EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "NotebookEdit", "replace_in_file", "search_replace"})
@@ -151,6 +153,8 @@ _SEARCH_TOOLS = frozenset(
         "codebase_search",
         "file_search",
         "grep_search",
+        "search_file_content",  # Gemini CLI (its older name of grep_search)
+        "list_directory",  # Gemini CLI
     }
 )
 _PLAN_TOOLS = frozenset({"task_tracker", "TodoWrite", "update_plan", "todo_write", "write_todos"})

@@ -17,6 +17,7 @@ DEFAULT_CONTEXT_WINDOWS: dict[str, int] = {
     "gpt-4*": 8_192,
     "gpt-3.5-turbo*": 16_385,
     "claude-*": 200_000,
+    "gemini-*": 1_048_576,
     "default": 128_000,
 }
 

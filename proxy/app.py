@@ -27,6 +27,7 @@ from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
 from proxy.telemetry.metrics import Metrics
 from proxy.upstream.pool import Upstream
+from proxy.upstream.providers import DATA_PLANE_PREFIXES
 
 
 @dataclass
@@ -94,7 +95,7 @@ def create_app(
 
 
 class ProxyApp:
-    """The ASGI entry point: ``/v1/*`` goes straight to the proxy handler, the rest
+    """The ASGI entry point: ``/v1/*`` (and Google's paths) go straight to the proxy handler, the rest
     (health, metrics, admin, OpenAPI, lifespan) to the Litestar app.
 
     The data plane skips the framework's router and middleware on purpose: they would
@@ -126,5 +127,8 @@ _CONTROL_PREFIXES = ("/v1/compaction/",)
 
 
 def is_data_plane(path: str) -> bool:
-    """Every ``/v1`` path is forwarded upstream except the proxy's own admin API."""
+    """Every ``/v1`` path is forwarded upstream except the proxy's own admin API, and so are
+    Google's (``/v1beta/``, ``/v1alpha/``, ``/v1internal:``)."""
+    if path.startswith(DATA_PLANE_PREFIXES):
+        return True
     return (path == "/v1" or path.startswith("/v1/")) and not path.startswith(_CONTROL_PREFIXES)

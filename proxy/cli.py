@@ -266,7 +266,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     health.set_defaults(run=_healthcheck)
     wrap = commands.add_parser(
         "wrap",
-        help="run an agent (claude, codex, opencode, aider, qwen, goose, any command) through the proxy",
+        help="run an agent (claude, codex, gemini, opencode, aider, qwen, goose, any) through the proxy",
         description="Runs AGENT through the proxy at --url, or the one at the configured address "
         "if it runs this configuration, else one started for the run; prints what the proxy did "
         "when the agent exits. Its exit status is the agent's.",
@@ -280,7 +280,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     wrap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     wrap.add_argument(
         "agent",
-        help="claude, codex, opencode, aider, qwen, goose, or any command "
+        help="claude, codex, gemini, opencode, aider, qwen, goose, or any command "
         "(given OPENAI_BASE_URL and ANTHROPIC_BASE_URL)",
     )
     wrap.add_argument("args", nargs=argparse.REMAINDER, help="the agent's arguments, after --")

@@ -310,7 +310,7 @@ def make_windows(settings: Settings, factors: TokenFactors, log: Any, metrics: M
     providers = make_providers(settings)
     learned = LearnedWindows(
         Path(settings.state_dir) / LEARNED_WINDOWS_FILE if settings.upstream.learn_windows else None,
-        (providers.openai.base.key, providers.anthropic.base.key),
+        (providers.openai.base.key, providers.anthropic.base.key, providers.gemini.base.key),
         ConfiguredModels(configured_window_patterns(settings.context_windows)),
     )
     learned.load()

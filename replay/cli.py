@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from proxy.dialects import DOORS
 from replay.cli_tools import add_tool_commands, inject_command, tune_command
 from replay.config import ModelEndpoint, ReplayConfig, ReplayConfigError, load_replay_config
 from replay.download import add_download_arguments, run_download_command
@@ -24,6 +23,7 @@ from replay.report.gate import evaluate_gate
 from replay.report.report import console_table, report_html, summary_markdown
 from replay.report.results import write_json
 from replay.report.run_results import grade, results_of_run
+from replay.session.doors import DIALECTS
 
 DEMO_WINDOW = 16_000
 # The model demo's cases are ~2-5k tokens: a 3k window makes the compacting arm compact.
@@ -106,7 +106,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["enforce", "shadow"], help="how the steps are sent")
     parser.add_argument(
         "--dialect",
-        choices=[door.dialect for door in DOORS],
+        choices=DIALECTS,
         help="the door the steps go through (default chat)",
     )
     parser.add_argument("--concurrency", type=int, help="cases replayed at once (per worker with --jobs)")

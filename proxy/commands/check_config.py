@@ -25,7 +25,10 @@ from proxy.config.settings import (
     ENV_ADMIN_TOKEN,
     ENV_ANTHROPIC_API_KEY,
     ENV_ANTHROPIC_URL,
+    ENV_CODE_ASSIST_URL,
     ENV_CONFIG,
+    ENV_GEMINI_API_KEY,
+    ENV_GEMINI_URL,
     ENV_HOST,
     ENV_PORT,
     ENV_SUMMARIZER_API_KEY,
@@ -39,13 +42,21 @@ from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, read_learned
 from proxy.upstream.providers import anthropic_base
 from proxy.wire.forwarding import UpstreamBase
 
-SECRETS = (("upstream", "api_key"), ("anthropic", "api_key"), ("server", "admin_token"))
+SECRETS = (
+    ("upstream", "api_key"),
+    ("anthropic", "api_key"),
+    ("gemini", "api_key"),
+    ("server", "admin_token"),
+)
 # What load_settings takes from the environment over the file.
 SETTING_VARIABLES = (
     ENV_UPSTREAM_URL,
     ENV_UPSTREAM_API_KEY,
     ENV_ANTHROPIC_URL,
     ENV_ANTHROPIC_API_KEY,
+    ENV_GEMINI_URL,
+    ENV_GEMINI_API_KEY,
+    ENV_CODE_ASSIST_URL,
     ENV_SUMMARIZER_API_KEY,
     ENV_ADMIN_TOKEN,
     ENV_HOST,

@@ -6,7 +6,7 @@ proxy strips that prefix and takes the session as an ``X-Session-Id`` (a client'
 wins), so a client that cannot send a header still lands in the run's session.
 
 To add an agent: a function below that returns its environment and command line, and its row
-in ``AGENTS``. (Gemini CLI gets its row once the proxy has a Gemini door.)
+in ``AGENTS``.
 """
 
 from __future__ import annotations
@@ -91,6 +91,14 @@ def _goose(agent: str, args: Sequence[str], root: str, env: Mapping[str, str]) -
     }, [agent, *args]
 
 
+def _gemini(agent: str, args: Sequence[str], root: str, env: Mapping[str, str]) -> Wiring:
+    # Gemini CLI: its Gemini API client appends /v1beta/... to GOOGLE_GEMINI_BASE_URL, its Code
+    # Assist client (a Google login) /v1internal:... to CODE_ASSIST_ENDPOINT. With an API key,
+    # 0.61.0 also needs `security.auth.selectedType: gemini-api-key` in its settings.json (left
+    # to the user: wrap writes none of their files).
+    return {"GOOGLE_GEMINI_BASE_URL": root, "CODE_ASSIST_ENDPOINT": root}, [agent, *args]
+
+
 def _any(agent: str, args: Sequence[str], root: str, env: Mapping[str, str]) -> Wiring:
     return _sdk_variables(root), [agent, *args]
 
@@ -98,10 +106,11 @@ def _any(agent: str, args: Sequence[str], root: str, env: Mapping[str, str]) -> 
 Wire = Callable[[str, Sequence[str], str, Mapping[str, str]], Wiring]
 
 # The agents wrap knows by name (the command's base name); any other command gets the SDKs'
-# variables. "gemini" joins once the proxy has a Gemini door.
+# variables.
 AGENTS: dict[str, Wire] = {
     "claude": _claude,
     "codex": _codex,
+    "gemini": _gemini,
     "opencode": _opencode,
     "aider": _aider,
     "qwen": _qwen,

@@ -32,7 +32,7 @@ class MergeError(ValueError):
 
 # --- models -------------------------------------------------------------------------------------
 
-DEFAULT_MODEL_FACTORS: dict[str, float] = {"claude-*": 1.3}
+DEFAULT_MODEL_FACTORS: dict[str, float] = {"claude-*": 1.3, "gemini-*": 1.2}
 DEFAULT_ENCODING = "o200k_base"
 
 
@@ -56,6 +56,7 @@ def builtin_models() -> dict[str, dict[str, Any]]:
         "text-embedding-3*",
         "text-embedding-ada-002",
         "claude-*",
+        "gemini-*",
     ]
     known = set(DEFAULT_CONTEXT_WINDOWS) | set(DEFAULT_MODEL_ENCODINGS) | set(DEFAULT_MODEL_FACTORS)
     missing = known - set(order) - {"default"}

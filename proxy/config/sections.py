@@ -146,6 +146,27 @@ class AnthropicSettings(Section, frozen=True):
         check_base_url(self.base_url, versioned=False)
 
 
+class GeminiSettings(Section, frozen=True):
+    # The Gemini API's root, as Google's SDKs and GOOGLE_GEMINI_BASE_URL take it (no version):
+    # requests to /v1beta/... go to <base_url>/v1beta/...
+    base_url: str = "https://generativelanguage.googleapis.com"
+    # Sent as x-goog-api-key for clients that send no credential of their own.
+    api_key: str | None = None
+    # Gemini CLI's Code Assist endpoint (its CODE_ASSIST_ENDPOINT): requests to /v1internal:...
+    # go to <code_assist_url>/v1internal:...
+    code_assist_url: str = "https://cloudcode-pa.googleapis.com"
+
+    def __post_init__(self) -> None:
+        for url in (self.base_url, self.code_assist_url):
+            check_base_url(url, versioned=False)
+            version = urlsplit(url).path.rstrip("/").rpartition("/")[2]
+            if version in ("v1", "v1beta", "v1alpha", "v1internal"):
+                root = url.rstrip("/").removesuffix("/" + version)
+                raise ValueError(
+                    f"{url} ends with the API version /{version}, which the client's path has: use {root}"
+                )
+
+
 class ModelSettings(Section, frozen=True):
     # Context window in tokens, the packaged encoding that counts them, and for models whose
     # tokenizer is not packaged the factor applied to that count (null: the next matching entry's).

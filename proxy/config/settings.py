@@ -34,6 +34,7 @@ from proxy.config.sections import (
     AnthropicSettings,
     CanarySettings,
     EventSettings,
+    GeminiSettings,
     LoggingSettings,
     Mode,
     ModelSettings,
@@ -55,6 +56,9 @@ ENV_UPSTREAM_URL = "COMPACTION_PROXY_UPSTREAM_URL"
 ENV_UPSTREAM_API_KEY = "COMPACTION_PROXY_UPSTREAM_API_KEY"
 ENV_ANTHROPIC_URL = "COMPACTION_PROXY_ANTHROPIC_URL"
 ENV_ANTHROPIC_API_KEY = "COMPACTION_PROXY_ANTHROPIC_API_KEY"
+ENV_GEMINI_URL = "COMPACTION_PROXY_GEMINI_URL"
+ENV_GEMINI_API_KEY = "COMPACTION_PROXY_GEMINI_API_KEY"
+ENV_CODE_ASSIST_URL = "COMPACTION_PROXY_CODE_ASSIST_URL"
 ENV_SUMMARIZER_API_KEY = "COMPACTION_PROXY_SUMMARIZER_API_KEY"
 ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
 ENV_HOST = "COMPACTION_PROXY_HOST"
@@ -79,6 +83,7 @@ class Settings(Section, frozen=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
     anthropic: AnthropicSettings = msgspec.field(default_factory=AnthropicSettings)
+    gemini: GeminiSettings = msgspec.field(default_factory=GeminiSettings)
     state_dir: str = "./var"
     mode: Mode = "enforce"
     policy: str = "improved"
@@ -175,6 +180,9 @@ def load_settings(
         (ENV_UPSTREAM_API_KEY, "upstream.api_key"),
         (ENV_ANTHROPIC_URL, "anthropic.base_url"),
         (ENV_ANTHROPIC_API_KEY, "anthropic.api_key"),
+        (ENV_GEMINI_URL, "gemini.base_url"),
+        (ENV_GEMINI_API_KEY, "gemini.api_key"),
+        (ENV_CODE_ASSIST_URL, "gemini.code_assist_url"),
         (ENV_ADMIN_TOKEN, "server.admin_token"),
         (ENV_SUMMARIZER_API_KEY, "summarizer.api_key"),
     ):
@@ -241,6 +249,7 @@ _NOT_DIGESTED = (("server", "host"), ("server", "port"), ("server", "allowed_hos
 _SECRETS = (
     ("upstream", "api_key"),
     ("anthropic", "api_key"),
+    ("gemini", "api_key"),
     ("summarizer", "api_key"),
     ("server", "admin_token"),
 )

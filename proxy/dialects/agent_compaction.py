@@ -1,8 +1,9 @@
 """Agents that compact by themselves: recognizing their summarization requests.
 
-Codex CLI and Claude Code summarize their own history with an ordinary request (Codex marks it
-with ``x-codex-turn-metadata`` ``request_kind: compaction``; Claude Code's carries its summary
-prompt as the last user message). The proxy's decision, documented in the README: such a
+Codex CLI, Claude Code and Gemini CLI summarize their own history with an ordinary request
+(Codex marks it with ``x-codex-turn-metadata`` ``request_kind: compaction``; Claude Code's
+carries its summary prompt as the last user message; Gemini CLI's two, the ``<state_snapshot>``
+and its "critically evaluate" pass, too). The proxy's decision, documented in the README: such a
 request is the agent's own summarizer at work, so it goes upstream **as the agent sent it**
 whenever it fits the model's window (compacting it would summarize a summary request and hand
 the agent a summary of a view), and is compacted like any request only when it does not fit
@@ -25,6 +26,8 @@ _CLAUDE_PROMPTS = (
     "create a detailed summary of the conversation so far",
     "Your task is to create a detailed summary",
 )
+# Gemini CLI's chat compression: the snapshot request, then its verification pass.
+_GEMINI_PROMPTS = ("Generate a new <state_snapshot>", "Critically evaluate the <state_snapshot>")
 
 
 def agent_compaction(
@@ -44,6 +47,8 @@ def agent_compaction(
         text = message_text(last)[:4000]
         if any(prompt in text for prompt in _CLAUDE_PROMPTS):
             return "claude-code"
+        if any(prompt in text for prompt in _GEMINI_PROMPTS):
+            return "gemini-cli"
     return None
 
 

@@ -19,6 +19,7 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
+from proxy.dialects.doors import Target
 from proxy.wire.errors import ProxyError
 from proxy.wire.response_writer import ResponseWriter
 
@@ -98,6 +99,23 @@ class StreamCodec(Protocol):
 
 class Dialect(Protocol):
     name: str
+
+    def at(self, target: Target) -> Dialect:
+        """This adapter for a request whose path says ``target`` (a Gemini door's model and
+        stream; every other door's body says both, and its adapter is itself)."""
+        ...
+
+    def streams(self, body: dict[str, Any]) -> bool:
+        """Whether the answer to a body this adapter wrote is an event stream."""
+        ...
+
+    def model_of(self, body: dict[str, Any]) -> Any:
+        """The model a body this adapter wrote is for."""
+        ...
+
+    def json_url(self, url: str) -> str:
+        """The URL asking for the same answer as one JSON body (a shadow comparison's)."""
+        ...
 
     @property
     def tool_call_marker(self) -> bytes:
@@ -291,6 +309,18 @@ class BaseDialect:
 
     def parse(self, body: Any, known: int = 0) -> Parsed:
         raise NotImplementedError
+
+    def at(self, target: Target) -> Dialect:
+        return self  # type: ignore[return-value]
+
+    def streams(self, body: dict[str, Any]) -> bool:
+        return body.get("stream") is True
+
+    def model_of(self, body: dict[str, Any]) -> Any:
+        return body.get("model")
+
+    def json_url(self, url: str) -> str:
+        return url
 
     def answer_tokens(self, body: dict[str, Any]) -> int:
         return int_field(body, self.max_tokens_key)

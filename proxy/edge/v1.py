@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from proxy.dialects import Door
+from proxy.dialects import BODY_SAYS, Door, DoorTable, Target
 from proxy.edge.host_guard import cross_site_refusal
 from proxy.observe.observers import Finisher, Observer
 from proxy.route.steps import CompactingRoute
@@ -30,7 +30,7 @@ from proxy.upstream.pool import Upstream
 from proxy.upstream.providers import Provider, Providers
 from proxy.upstream.relay import relay
 from proxy.wire.errors import ProxyError
-from proxy.wire.forwarding import UnsafePath, header_value
+from proxy.wire.forwarding import UnsafePath, header_value, key_from_query
 from proxy.wire.response_writer import ResponseWriter
 
 Scope = Mapping[str, Any]
@@ -54,7 +54,7 @@ class Edge:
         tracer: Tracer | None = None,
     ) -> None:
         """``doors``: the routes whose requests are compacted (``proxy/dialects``)."""
-        self.doors = {(door.method, door.path): door for door in doors}
+        self.doors = DoorTable(doors)
         self.route = route
         self.upstream = upstream
         self.providers = providers
@@ -71,7 +71,8 @@ class Edge:
             return
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         raw_path = raw_path.split(b"?", 1)[0]
-        door = self.doors.get((scope["method"].encode("latin-1"), raw_path))
+        found = self.doors.find(scope["method"].encode("latin-1"), raw_path, scope.get("query_string", b""))
+        door, target = found if found is not None else (None, BODY_SAYS)
         exchange = Exchange(
             request_id=new_request_id(),
             route=door.dialect if door else "passthrough",
@@ -88,7 +89,8 @@ class Edge:
         )
         watcher: list[asyncio.Task[None]] = []
         try:
-            await self._serve(scope, receive, send, raw_path, door, provider, exchange, watcher)
+            request = _Request(scope, raw_path, provider, door, target)
+            await self._serve(request, receive, send, exchange, watcher)
         except ProxyError as error:
             exchange.status = error.status
             exchange.error = exchange.error or (error.code or error.type)
@@ -112,40 +114,40 @@ class Edge:
 
     async def _serve(
         self,
-        scope: Scope,
+        request: _Request,
         receive: Receive,
         send: Send,
-        raw_path: bytes,
-        door: Door | None,
-        provider: Provider,
         exchange: Exchange,
         watcher: list[asyncio.Task[None]],
     ) -> None:
         """The credential rule, the cross-site rule, the path check, the body, then the door's
         route or a relay; ``watcher`` gets the task that watches for the client's disconnect."""
-        anonymous = not credentials(scope["headers"])
+        scope, provider, door = request.scope, request.provider, request.door
+        anonymous = not credentials(request.headers)
         if provider.refuse_anonymous and anonymous:
             raise ProxyError(
                 401,
                 "You didn't provide an API key. Send it in an Authorization header "
-                "(Authorization: Bearer YOUR_KEY), or an api-key or x-api-key header.",
+                "(Authorization: Bearer YOUR_KEY), or an api-key, x-api-key or x-goog-api-key header.",
                 code="missing_api_key",
             )
         if anonymous:
             # Let in without a credential (one needs a preflight no page passes), so a browser
             # page of any site could spend the upstream and write the shared tenant's state:
             # refuse what a page sends unasked.
-            refusal = cross_site_refusal(scope["method"], scope["headers"])
+            refusal = cross_site_refusal(scope["method"], request.headers)
             if refusal is not None:
                 raise refusal
         try:
-            url = provider.base.url(raw_path, scope.get("query_string", b""))
+            url = provider.url(request.raw_path, request.query)
         except UnsafePath:
             raise ProxyError(400, "The request path is not allowed.", code="invalid_path") from None
         body = await self._read_body(scope, receive)
         watcher.append(asyncio.create_task(_watch_disconnect(receive, exchange, asyncio.current_task())))
         if door is not None:
-            draft = self.route.draft(door.dialect, scope["headers"], body, url, exchange, provider)
+            draft = self.route.draft(
+                door.dialect, request.headers, body, url, exchange, provider, request.target
+            )
             del body  # the draft owns the bytes, and drops them once they are sent
             await self.route.handle(send, draft)
             return
@@ -155,7 +157,7 @@ class Edge:
             send=send,
             method=scope["method"],
             url=url,
-            headers=provider.upstream_headers(scope["headers"]),
+            headers=provider.upstream_headers(request.headers),
             content=body,
             exchange=exchange,
             route_headers=None,
@@ -203,6 +205,26 @@ class Edge:
             if not message.get("more_body", False):
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Request:
+    """What the edge read of a request before its body: its headers and query with a key sent in
+    the query moved into the provider's header (a URL never carries it on), its door and what
+    its path says (``Target``)."""
+
+    __slots__ = ("door", "headers", "provider", "query", "raw_path", "scope", "target")
+
+    def __init__(
+        self, scope: Scope, raw_path: bytes, provider: Provider, door: Door | None, target: Target
+    ) -> None:
+        self.scope, self.raw_path, self.provider = scope, raw_path, provider
+        self.door, self.target = door, target
+        self.headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self.query: bytes = scope.get("query_string", b"")
+        if provider.query_key is not None:
+            self.query, key = key_from_query(self.query, provider.query_key)
+            if key is not None and header_value(self.headers, provider.key_header) is None:
+                self.headers = [*self.headers, (provider.key_header, key)]
 
 
 async def _watch_disconnect(receive: Receive, exchange: Exchange, current: asyncio.Task[Any] | None) -> None:

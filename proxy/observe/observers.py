@@ -28,7 +28,7 @@ from proxy.telemetry.shadow import Decide, ShadowComparer
 
 # Sends a compacted body upstream for a shadow comparison: (dialect, url, headers, body, tenant).
 AskUpstream = Callable[
-    [str, str, list[tuple[bytes, bytes]], dict[str, Any], str], Awaitable[tuple[int, bytes]]
+    [str, str, list[tuple[bytes, bytes]], dict[str, Any], str, Any], Awaitable[tuple[int, bytes]]
 ]
 
 
@@ -181,7 +181,7 @@ class CompactionRecord:
         dialect, url, headers, tenant = compare.dialect, compare.url, compare.headers, exchange.tenant
 
         async def ask(body: dict[str, Any]) -> tuple[int, bytes]:
-            return await self.ask(dialect, url, headers, body, tenant)
+            return await self.ask(dialect, url, headers, body, tenant, compare.target)
 
         self.shadow.start(
             ask, compare.body, bytes(compare.captured), compare.captured_sse, compared, self.decide(dialect)

@@ -29,7 +29,14 @@ from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.tracing import RequestTrace, SpanRecord
 
 # The provider each door's API is, as GenAI conventions name it.
-_GEN_AI_PROVIDER = {"chat": "openai", "responses": "openai", "anthropic": "anthropic"}
+_GEN_AI_PROVIDER = {
+    "chat": "openai",
+    "responses": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+    "gemini_count": "gcp.gemini",
+    "code_assist": "gcp.gemini",
+}
 _KINDS = {"internal": wire.KIND_INTERNAL, "client": wire.KIND_CLIENT}
 # Bytes of encoded spans held for the next batch at most; past it a request's spans are
 # dropped (and counted).

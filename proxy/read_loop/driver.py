@@ -125,7 +125,7 @@ class LoopDriver:
         self.tenant = tenant
         self.writer = writer
         self.request_id = request_id.encode()
-        self.streaming = loop.body.get("stream") is True
+        self.streaming = loop.dialect.streams(loop.body)
 
     @property
     def result(self) -> LoopResult:

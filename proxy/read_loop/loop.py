@@ -104,7 +104,7 @@ class ReadLoop:
         self.dialect = dialect
         self.requested = requested
         self.counter = counter
-        self.encoding = counter.encoding_for(body.get("model"))
+        self.encoding = counter.encoding_for(dialect.model_of(body))
         self.window = window
         self.reserve = reserve
         self.limits = limits

@@ -12,6 +12,7 @@ from typing import Any
 from policies.handles import MENTION
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Dialect
+from proxy.dialects.doors import Target
 from proxy.read_loop.commands import LoopLimits
 from proxy.read_loop.driver import LoopDriver
 from proxy.read_loop.loop import ReadLoop
@@ -146,11 +147,20 @@ class LoopRunner:
         self.metrics.read_rounds.observe(result.rounds)
 
     async def ask(
-        self, dialect_name: str, url: str, headers: Headers, body: dict[str, Any], tenant: str
+        self,
+        dialect_name: str,
+        url: str,
+        headers: Headers,
+        body: dict[str, Any],
+        tenant: str,
+        target: Target | None = None,
     ) -> tuple[int, bytes]:
         """One non-streamed answer to ``body``, with saved-output reads answered as for a real
-        request; for shadow comparisons, whose answers are never returned to anyone."""
+        request; for shadow comparisons, whose answers are never returned to anyone.
+        ``target``: what the request's path said (the model of a Gemini door)."""
         dialect = self.dialects[dialect_name]
+        if target is not None:
+            dialect = dialect.at(Target(target.model, stream=False))
         headers = [(k, v) for k, v in headers if k != b"accept-encoding"] + [
             (b"accept-encoding", b"identity")
         ]
@@ -176,7 +186,7 @@ class LoopRunner:
         requested = dialect.answer_tokens(body)
         plan = LoopPlan(
             dialect.with_read_tool(body, self.read_max_lines),
-            window=self.windows.window_for(body.get("model")),
+            window=self.windows.window_for(dialect.model_of(body)),
             reserve=max(1024, requested),
             requested=requested,
         )

@@ -19,6 +19,7 @@ from policies.pipeline import Checkpoint, Policy, PolicyOutcome
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
 from proxy.dialects.agent_compaction import passes_as_sent
+from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.route.known_bodies import KnownBodies
 from proxy.route.known_prefix import KnownPrefixes
 from proxy.route.large_requests import LargeRequests, LargeWorker
@@ -49,7 +50,7 @@ class Compacted:
     outcome: PolicyOutcome
     session: str
     messages: int  # the client's messages (neutral)
-    top_fields: dict[str, Any]  # the wire body's top-level fields (for a view: the view's)
+    model: Any  # the model the request is for
     view_body: dict[str, Any] | None = None  # a large request's view, as its worker wrote it
     session_fork: dict[str, Any] | None = None
     skipped: str | None = None
@@ -198,7 +199,7 @@ class CompactionService:
             outcome=PolicyOutcome(None, 0, 0),
             session=session,
             messages=len(messages),
-            top_fields=neutral,
+            model=neutral.get("model"),
             skipped=skipped,
         )
         paid = self._credential(headers, client_origin, fallback)
@@ -219,15 +220,18 @@ class CompactionService:
         client_origin: Origin | None = None,
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
         fallback: Fallback | None = None,
+        target: Target = BODY_SAYS,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for every phase:
         it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
-        ``restore`` hook puts back, when it could put anything back (it holds the state)."""
+        ``restore`` hook puts back, when it could put anything back (it holds the state);
+        ``target``: what the request's path says, which the worker binds its adapter to."""
         async with self.large.worker() as worker:
             return await self._compact_in(
                 worker,
                 body,
                 dialect,
+                target,
                 policy,
                 tenant,
                 headers,
@@ -240,6 +244,7 @@ class CompactionService:
         worker: LargeWorker,
         body: bytes,
         dialect: str,
+        target: Target,
         policy: Policy,
         tenant: str,
         headers: Headers,
@@ -250,6 +255,7 @@ class CompactionService:
         inspected = await worker.inspect(
             body,
             dialect,
+            target,
             tenant,
             with_digests=self.keeps_session_state(policy) and not explicit,
             headers=headers,
@@ -258,10 +264,10 @@ class CompactionService:
         if inspected.error is not None:
             status, message, param = inspected.error
             raise ProxyError(status, message, param=param)
-        head = inspected.top_fields
+        model = inspected.model
         skipped, notes = inspected.skipped, dict(inspected.notes)
         if inspected.agent is not None:
-            window = self.windows.window_for(head.get("model"))
+            window = self.windows.window_for(model)
             skipped, notes["agent_compaction"] = passes_as_sent(
                 inspected.agent, inspected.agent_tokens, window, inspected.requested
             )
@@ -273,13 +279,13 @@ class CompactionService:
             else None
         )
         session = resolution.session + ":" + policy.name if resolution else ""
-        encoding = self.counter.encoding_for(head.get("model"))
-        window = self.windows.window_for(head.get("model"))
+        encoding = self.counter.encoding_for(model)
+        window = self.windows.window_for(model)
         compacted = Compacted(
             outcome=PolicyOutcome(None, 0, 0),
             session=session,
             messages=inspected.messages,
-            top_fields=head,
+            model=model,
             skipped=skipped,
             stream=inspected.stream,
             notes=notes,
@@ -302,8 +308,6 @@ class CompactionService:
         compacted.outcome = await self._apply(
             effective, headers, tenant, session, resolution, compacted, compute, credential
         )
-        if compacted.view_body is not None:
-            compacted.top_fields = compacted.view_body
         return compacted
 
     async def _apply(

@@ -11,6 +11,7 @@ from typing import Any
 from policies.pipeline import Policy
 from policies.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Parsed
+from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.read_loop.runner import LoopPlan
 from proxy.route.compaction import Compacted
 from proxy.route.known_bodies import KnownBody
@@ -55,6 +56,8 @@ class Draft:
     wire: KnownBody | None = None  # the client's body as read (what is known of its items)
     # The body's lone surrogates stand as marks: every body written upstream is unmarked.
     marked: bool = False
+    # What the request's path says (a Gemini door's model and stream); ``dialect`` is bound to it.
+    target: Target = BODY_SAYS
 
     def as_sent(self, why: str) -> bool:
         """The request goes exactly as the client sent it; the header says why."""

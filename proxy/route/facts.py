@@ -24,7 +24,7 @@ def record_compaction(exchange: Exchange, compacted: Compacted, tenant: str, rou
     if outcome.trigger:
         exchange.view_changed = changed_messages(outcome)
     exchange.outcome, exchange.tenant, exchange.session = kept_for_event(outcome), tenant, compacted.session
-    exchange.model, exchange.messages_before = compacted.top_fields.get("model"), compacted.messages
+    exchange.model, exchange.messages_before = compacted.model, compacted.messages
     exchange.messages_after = len(outcome.messages) if outcome.messages is not None else compacted.messages
     exchange.session_fork = compacted.session_fork
     exchange.dialect_notes = compacted.notes

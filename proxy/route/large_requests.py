@@ -30,6 +30,7 @@ from policies.pipeline import (
     Checkpoint,
 )
 from proxy.config.settings import Settings
+from proxy.dialects.doors import Target
 from proxy.route.large_worker import (
     Computed,
     Inspected,
@@ -127,13 +128,15 @@ class LargeWorker:
         self,
         body: bytes,
         dialect: str,
+        target: Target,
         tenant: str,
         with_digests: bool,
         headers: list[tuple[bytes, bytes]],
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
     ) -> Inspected:
         """Phase one; with ``restore`` (the dialect's lookup, in this process), a phase zero
-        first asks the worker what to look up, and what is found goes with phase one."""
+        first asks the worker what to look up, and what is found goes with phase one.
+        ``target``: what the request's path says (the worker binds the adapter to it)."""
         self.key = body_key(body)
         loop = asyncio.get_running_loop()
         found = None
@@ -145,7 +148,7 @@ class LargeWorker:
         # Only the header an agent marks its compaction request with crosses to the worker.
         marks = [(k, v) for k, v in headers if k == b"x-codex-turn-metadata"]
         return await loop.run_in_executor(
-            self.pool, inspect_in_worker, body, dialect, tenant, with_digests, marks, found
+            self.pool, inspect_in_worker, body, dialect, target, tenant, with_digests, marks, found
         )
 
     async def apply(

@@ -28,7 +28,8 @@ from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from proxy.dialects import make_dialects
 from proxy.dialects.agent_compaction import agent_compaction
-from proxy.dialects.base import Parsed
+from proxy.dialects.base import Dialect, Parsed
+from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.state.memory import malloc_trim
 from proxy.state.store import decode_checkpoint, encode_checkpoint
 from proxy.summaries.credentials import SummaryCredential
@@ -45,7 +46,7 @@ class Inspected:
     """What the parent needs to know of a large body before compacting it."""
 
     error: tuple[int, str, str | None] | None = None  # status, message, param
-    top_fields: dict[str, Any] = field(default_factory=dict)  # the body's small top-level fields
+    model: Any = None  # the model the request is for
     messages: int = 0
     skipped: str | None = None  # a malformed history: sent as it came
     marked: bool = False  # the body's lone surrogates stand as marks (``wire/surrogates.py``)
@@ -106,7 +107,7 @@ class WorkerState:
         self.counter.warm_up()
         self.policies: dict[str, Policy] = build_policies(policy_specs(settings))
         self.dialects = make_dialects()
-        self.dialect = "chat"  # of the body parsed last
+        self.adapter: Dialect = self.dialects["chat"]  # of the body parsed last
         # Whether its lone surrogates stand as marks: its view, sent back marked, is written
         # upstream by the parent (``Inspected.marked``).
         self.lenient = self.marked = False
@@ -134,20 +135,20 @@ class WorkerState:
         self._read = (body_key(body), data, lenient, marked)
         return self.dialects[dialect].restore_wanted(data)
 
-    def parse(self, body: bytes, dialect: str, found: Any = None) -> Parsed:
+    def parse(self, body: bytes, dialect: str, found: Any = None, target: Target = BODY_SAYS) -> Parsed:
         """Read the body with its dialect (a ``ProxyError`` for one it cannot read), with what
-        the parent found for ``read``'s question put back."""
+        the parent found for ``read``'s question put back; ``target``: what its path says."""
         self._parsed = None
         key = body_key(body)
         read, self._read = self._read, None
         _, data, lenient, marked = read if read is not None and read[0] == key else (key, *parse_json(body))
-        adapter = self.dialects[dialect]
+        adapter = self.dialects[dialect].at(target)
         data, restored = adapter.restore_splice(data, found) if found else (data, 0)
         parsed = adapter.parse(data)
         if restored:
             parsed.notes["restored_read_rounds"] = restored
         self._parsed = (key, parsed)
-        self.dialect, self.lenient, self.marked = dialect, lenient, marked
+        self.adapter, self.lenient, self.marked = adapter, lenient, marked
         return parsed
 
     def parsed(self, key: bytes) -> Parsed:
@@ -179,6 +180,7 @@ def read_in_worker(body: bytes, dialect: str) -> list[Any] | Inspected:
 def inspect_in_worker(
     body: bytes,
     dialect: str,
+    target: Target,
     tenant: str,
     with_digests: bool,
     headers: list[tuple[bytes, bytes]],
@@ -190,20 +192,18 @@ def inspect_in_worker(
 
     assert _worker is not None
     try:
-        parsed = _worker.parse(body, dialect, found)
+        parsed = _worker.parse(body, dialect, found, target)
     except ProxyError as error:
         return Inspected(error=(error.status, error.message, error.param))
     neutral = parsed.neutral
     messages = neutral["messages"]
     digests = [_worker.digests.message(m) for m in messages] if with_digests and not parsed.skipped else []
-    # What the parent needs of the body: the small fields (a view's body comes back whole).
-    head = {k: v for k, v in parsed.body.items() if not isinstance(v, list | dict) or k == "tools"}
     agent = None if parsed.skipped else agent_compaction(headers, messages)
     return Inspected(
         agent=agent,
         agent_tokens=_worker.counter.count_request(neutral).total if agent else 0,
         requested=requested_answer_tokens(neutral),
-        top_fields=head,
+        model=neutral.get("model"),
         messages=len(messages),
         skipped=parsed.skipped,
         root=root_session(neutral, tenant),
@@ -243,7 +243,7 @@ def apply_in_worker(
     )
     view = None
     if outcome.messages is not None and outcome.origin is not None:
-        view = dump_json(_worker.dialects[_worker.dialect].render(parsed, outcome.messages, outcome.origin))
+        view = dump_json(_worker.adapter.render(parsed, outcome.messages, outcome.origin))
     elif parsed.notes.get("restored_read_rounds"):
         # The policy changed nothing, but what was put back must reach the upstream.
         view = dump_json(parsed.body)

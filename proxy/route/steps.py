@@ -24,6 +24,7 @@ from policies.tokens import TokenCounter
 from proxy.canary.runtime import CanaryArms, place_in_arm
 from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
 from proxy.dialects.base import Dialect
+from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.read_loop.runner import LoopPlan, LoopRunner
 from proxy.route.compaction import CompactionService, policy_reserve
 from proxy.route.delivery import deliver, deliver_held
@@ -103,9 +104,19 @@ class CompactingRoute:
         )
 
     def draft(
-        self, dialect: str, headers: Headers, content: bytes, url: str, exchange: Exchange, provider: Provider
+        self,
+        dialect: str,
+        headers: Headers,
+        content: bytes,
+        url: str,
+        exchange: Exchange,
+        provider: Provider,
+        target: Target = BODY_SAYS,
     ) -> Draft:
-        draft = Draft(self.dialects[dialect], provider, headers, url, exchange, content)
+        """``target``: what the request's path says (a Gemini door's model and stream)."""
+        draft = Draft(
+            self.dialects[dialect].at(target), provider, headers, url, exchange, content, target=target
+        )
         draft.counter = self.counter.for_request()
         return draft
 
@@ -124,7 +135,15 @@ class CompactingRoute:
         if held is None or original is None or learning is None:
             return
         again = await self._prepared(
-            self.draft(draft.dialect.name, draft.headers, original, draft.url, draft.exchange, draft.provider)
+            self.draft(
+                draft.dialect.name,
+                draft.headers,
+                original,
+                draft.url,
+                draft.exchange,
+                draft.provider,
+                draft.target,
+            )
         )
         original = None
         if learning.fits(again.exchange):
@@ -280,6 +299,7 @@ class CompactingRoute:
                     client_origin=origin,
                     restore=restore_lookup(draft),
                     fallback=draft.provider.fallback,
+                    target=draft.target,
                 )
             except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -294,7 +314,7 @@ class CompactingRoute:
                 counter=draft.counter,
                 fallback=draft.provider.fallback,
             )
-            compacted.stream, compacted.notes, compacted.top_fields = parsed.stream, parsed.notes, parsed.body
+            compacted.stream, compacted.notes = parsed.stream, parsed.notes
         draft.compacted = compacted
         draft.marked = draft.marked or compacted.marked
         exchange = draft.exchange
@@ -327,7 +347,11 @@ class CompactingRoute:
             if self.shadow.wanted():
                 headers = draft.provider.upstream_headers(draft.headers)
                 exchange.compare = ShadowCompare(
-                    body=view, url=draft.url, headers=headers, dialect=draft.dialect.name
+                    body=view,
+                    url=draft.dialect.json_url(draft.url),
+                    headers=headers,
+                    dialect=draft.dialect.name,
+                    target=draft.target,
                 )
             draft.view = None  # the client's bytes go
             return False
@@ -342,7 +366,7 @@ class CompactingRoute:
             requested = draft.dialect.answer_tokens(view)
             draft.loop = LoopPlan(
                 draft.dialect.with_read_tool(view, self.read_max_lines),
-                window=self.windows.window_for(compacted.top_fields.get("model")),
+                window=self.windows.window_for(compacted.model),
                 reserve=max(policy_reserve(draft.policy), requested),
                 requested=requested,
                 handles=tuple(outcome.checkpoint.handles),

@@ -31,9 +31,9 @@ def _digest(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
-# Headers that carry a client's credential, for OpenAI-compatible APIs (Azure's ``api-key``)
-# and Anthropic's (``x-api-key``).
-CREDENTIAL_HEADERS = (b"authorization", b"api-key", b"x-api-key")
+# Headers that carry a client's credential, for OpenAI-compatible APIs (Azure's ``api-key``),
+# Anthropic's (``x-api-key``) and Google's (``x-goog-api-key``; a ``?key=`` is moved there).
+CREDENTIAL_HEADERS = (b"authorization", b"api-key", b"x-api-key", b"x-goog-api-key")
 ANONYMOUS = "t_anonymous"
 
 

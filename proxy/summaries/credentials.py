@@ -4,8 +4,9 @@ The rule (docs/operations/threat-model.md): a credential goes only to the provid
 addressed, and is spent only on that client's own work. The summarizer (and a summary prepared
 ahead for the client) therefore uses exactly the credential the upstream gets for that client:
 
-- the client presented one (``Authorization``, ``api-key``, ``x-api-key``): its own headers, as
-  it sent them, to a summarizer at the very provider it addressed (scheme, host and port).
+- the client presented one (``Authorization``, ``api-key``, ``x-api-key``,
+  ``x-goog-api-key``): its own headers, as it sent them, to a summarizer at the very provider
+  it addressed (scheme, host and port).
   Anywhere else its key may not go, and no operator key is put in its place: a summarizer with
   a key configured (``summarizer.api_key``, or the upstream's key on the upstream's host) is not
   asked at all (the ledger stands in, the reason recorded); a keyless one (a local model) is

@@ -29,6 +29,7 @@ class ShadowCompare:
     url: str
     headers: list[tuple[bytes, bytes]]
     dialect: str
+    target: Any = None  # what the request's path says (the dialect's ``Target``), if anything
     captured: bytearray = field(default_factory=bytearray)
     captured_sse: bool = False
 

@@ -37,7 +37,7 @@ from proxy.wire.forwarding import UpstreamBase
 Headers = list[tuple[bytes, bytes]]
 # A model listing can be large (OpenRouter lists hundreds of models): read at most this much.
 MAX_METADATA_BYTES = 8 * 1024 * 1024
-_CREDENTIALS = frozenset({b"authorization", b"api-key", b"x-api-key"})
+_CREDENTIALS = frozenset({b"authorization", b"api-key", b"x-api-key", b"x-goog-api-key"})
 # Hosted APIs that answer none of the local servers' metadata routes.
 _HOSTED = (
     "api.openai.com",

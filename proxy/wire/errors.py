@@ -1,8 +1,9 @@
 """Error bodies in each provider's shape, for the errors the proxy itself produces.
 
 OpenAI: ``{"error": {"message", "type", "param", "code"}}``; Anthropic: ``{"type": "error",
-"error": {"type", "message"}}``. The official SDKs read these shapes (and raise by status), so
-errors the proxy makes surface to agents exactly like the upstream's own.
+"error": {"type", "message"}}``; Google (Gemini, Code Assist): ``{"error": {"code", "message",
+"status"}}``, ``status`` the canonical code's name. The official SDKs read these shapes (and
+raise by status), so errors the proxy makes surface to agents exactly like the upstream's own.
 """
 
 from __future__ import annotations
@@ -67,3 +68,25 @@ def anthropic_error_body(error: ProxyError) -> bytes:
 
 def openai_error_body(error: ProxyError) -> bytes:
     return error.body()
+
+
+# Google's canonical codes by HTTP status (``google.rpc.Code`` as its APIs map them).
+_GOOGLE_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def google_error_body(error: ProxyError) -> bytes:
+    status = _GOOGLE_STATUSES.get(error.status) or ("INTERNAL" if error.status >= 500 else "INVALID_ARGUMENT")
+    return orjson.dumps({"error": {"code": error.status, "message": error.message, "status": status}})

@@ -31,7 +31,7 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _RESPONSE_DROP = HOP_BY_HOP
 
-_CREDENTIALS = frozenset({b"authorization", b"api-key", b"x-api-key"})
+_CREDENTIALS = frozenset({b"authorization", b"api-key", b"x-api-key", b"x-goog-api-key"})
 
 # Headers addressed to the proxy itself; the upstream never sees them.
 CONTROL_HEADER_PREFIX = b"x-compaction-"
@@ -80,6 +80,22 @@ def client_response_headers(upstream_headers: Iterable[tuple[bytes, bytes]]) -> 
     upstream_headers = list(upstream_headers)
     dropped = _RESPONSE_DROP | _connection_tokens(upstream_headers)
     return [(name.lower(), value) for name, value in upstream_headers if name.lower() not in dropped]
+
+
+def key_from_query(query_string: bytes, name: bytes) -> tuple[bytes, bytes | None]:
+    """The query without its ``name`` parameter (a key some clients send there, as Google's
+    ``?key=``), and that parameter's decoded value (None: absent or empty)."""
+    if name + b"=" not in query_string:
+        return query_string, None
+    kept: list[bytes] = []
+    found: bytes | None = None
+    for pair in query_string.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if unquote_to_bytes(key.replace(b"+", b" ")) == name:
+            found = unquote_to_bytes(value.replace(b"+", b" ")) or found
+        else:
+            kept.append(pair)
+    return b"&".join(kept), found
 
 
 def header_value(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None:

@@ -22,8 +22,11 @@ from policies.conversation import Message
 from proxy.dialects import DOORS, Dialect, make_dialects
 from proxy.dialects.base import Parsed
 
-DIALECTS = tuple(door.dialect for door in DOORS)
-PATHS = {door.dialect: door.path.decode() for door in DOORS}
+# The doors a replay drives: those whose body says everything (the Gemini doors' model and stream
+# are their path's: `replay --dialect gemini` is not written yet).
+REPLAY_DOORS = tuple(door for door in DOORS if door.stream is None)
+DIALECTS = tuple(door.dialect for door in REPLAY_DOORS)
+PATHS = {door.dialect: door.path.decode() for door in REPLAY_DOORS}
 
 
 def adapter(dialect: str) -> Dialect:

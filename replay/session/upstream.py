@@ -27,11 +27,10 @@ from aiohttp import web
 
 from policies.conversation import Message, parse
 from policies.tokens import REPLY_PRIMING, TokenCounter
-from proxy.dialects import DOORS
 from proxy.dialects.base import Parsed
 from replay.config import ModelEndpoint
 from replay.session.cost import SessionLog
-from replay.session.doors import adapter, answer, chat_request, read, tool_names
+from replay.session.doors import REPLAY_DOORS, adapter, answer, chat_request, read, tool_names
 from replay.session.reader import Reader
 from replay.session.survival import view_text
 
@@ -137,7 +136,7 @@ class RecordedUpstream:
 
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1 << 30)
-        for door in DOORS:
+        for door in REPLAY_DOORS:
             app.router.add_post(door.path.decode(), functools.partial(self._answer, dialect=door.dialect))
         app.router.add_route("*", "/{tail:.*}", self._other)
         self._runner = web.AppRunner(app, access_log=None)

@@ -74,6 +74,13 @@ def test_aider_qwen_and_goose_are_pointed_their_own_way() -> None:
     assert command == ["goose", "run", "-t", "hi"]
 
 
+def test_gemini_cli_gets_its_gemini_api_and_code_assist_base_urls() -> None:
+    env, command = wired("gemini", {"GEMINI_API_KEY": "k"}, ["-p", "hi", "--yolo"])
+    # Its clients append /v1beta/... and /v1internal:... to these, inside the run's session.
+    assert env["GOOGLE_GEMINI_BASE_URL"] == env["CODE_ASSIST_ENDPOINT"] == ROOT
+    assert env["GEMINI_API_KEY"] == "k" and command == ["gemini", "-p", "hi", "--yolo"]
+
+
 def test_a_signalled_agents_status_is_128_plus_the_signal() -> None:
     assert shell_status(-15) == 143 and shell_status(-2) == 130 and shell_status(3) == 3
 

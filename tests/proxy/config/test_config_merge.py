@@ -133,7 +133,7 @@ def test_the_built_in_model_table_resolves_as_the_old_tables_did() -> None:
     settings = load_settings(env={})
     assert settings.context_windows == DEFAULT_CONTEXT_WINDOWS
     assert settings.tokens.model_encodings == DEFAULT_MODEL_ENCODINGS
-    assert settings.tokens.model_factors == {"claude-*": 1.3}
+    assert settings.tokens.model_factors == {"claude-*": 1.3, "gemini-*": 1.2}
     old = ContextWindows(DEFAULT_CONTEXT_WINDOWS)
     new = ContextWindows(settings.context_windows)
     for model in ("gpt-4o-mini", "gpt-4-turbo-2024", "gpt-4-0613", "gpt-3.5-turbo", "claude-x", "other"):
@@ -150,7 +150,7 @@ def test_models_merge_by_pattern_and_new_patterns_come_first(tmp_path: Path) -> 
     assert windows.window_for("gpt-4o-mini-2024") == 64000
     assert windows.window_for("gpt-4o") == 128000
     assert windows.window_for("claude-x") == 200000  # the built-in window, the user's factor
-    assert settings.tokens.model_factors == {"claude-*": 1.2}  # type: ignore[attr-defined]
+    assert settings.tokens.model_factors == {"claude-*": 1.2, "gemini-*": 1.2}  # type: ignore[attr-defined]
     assert windows.window_for("unknown") == 32000
     # The encoding of a new pattern falls through to the next entry that sets one.
     assert "gpt-4o-mini*" not in settings.tokens.model_encodings  # type: ignore[attr-defined]
