@@ -7,7 +7,8 @@
   reads them as billed (``Dialect.billed``: Chat Completions ``prompt_tokens`` with
   ``prompt_tokens_details.cached_tokens``, Responses ``input_tokens`` with
   ``input_tokens_details.cached_tokens``, Anthropic ``input_tokens`` plus
-  ``cache_read_input_tokens`` and ``cache_creation_input_tokens``).
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, Gemini ``usageMetadata``'s
+  ``promptTokenCount`` with ``cachedContentTokenCount``, a stream's repeated objects merged).
 - ``outcome_kind``: whose doing a failed answer is (below); only the policy's count against it.
 - ``repeated_calls``: the agent's last step re-ran a tool call it had already made (same tool,
   same arguments): re-acquisition that needs no proxy, so the holdout has it too.
@@ -23,7 +24,9 @@ import orjson
 from proxy.dialects.base import Usage
 from proxy.telemetry.exchange import KEEP
 
-_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+# Chat Completions, Responses and Anthropic say "usage"; Gemini "usageMetadata" (its REST
+# JSON) or "usage_metadata" (the same field in proto names).
+_USAGE = re.compile(rb'"(?:usage|usageMetadata|usage_metadata)"\s*:\s*\{')
 # How providers word an answer to a request over the model's window.
 _CONTEXT_MARKERS = (
     b"context_length_exceeded",
@@ -31,11 +34,13 @@ _CONTEXT_MARKERS = (
     b"prompt is too long",
     b"context window",
     b"too many tokens",
+    b"exceeds the maximum number of tokens",  # Gemini: "The input token count (N) exceeds ..."
 )
 
 
 def usage_objects(raw: bytes) -> list[dict[str, Any]]:
-    """Every ``"usage": {...}`` object in ``raw`` (a JSON body or an event stream)."""
+    """Every ``"usage": {...}`` object (Gemini's ``"usageMetadata"``) in ``raw`` (a JSON body or
+    an event stream)."""
     found = []
     for match in _USAGE.finditer(raw):
         start = match.end() - 1

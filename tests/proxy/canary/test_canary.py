@@ -14,6 +14,7 @@ from proxy.config.sections import CanaryGate
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Usage
 from proxy.dialects.chat import ChatDialect
+from proxy.dialects.gemini import GeminiDialect
 from proxy.dialects.responses import ResponsesDialect
 from proxy.telemetry.exchange import KEEP, AnswerCapture
 
@@ -60,6 +61,21 @@ def test_usage_is_read_from_each_providers_own_shape() -> None:
     delta = {"type": "message_delta", "usage": {"output_tokens": 250}}
     events = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in (start, delta))
     assert AnthropicDialect().billed(usage_objects(events)) == Usage(9512, 9000, 500, 250)
+    # Gemini: every chunk of a stream repeats usageMetadata, the last one complete.
+    chunks = [
+        {"candidates": [], "usageMetadata": {"promptTokenCount": 7000, "cachedContentTokenCount": 4096}},
+        {
+            "candidates": [],
+            "usageMetadata": {
+                "promptTokenCount": 7000,
+                "cachedContentTokenCount": 4096,
+                "candidatesTokenCount": 120,
+                "thoughtsTokenCount": 30,
+            },
+        },
+    ]
+    gemini = b"".join(b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks)
+    assert GeminiDialect().billed(usage_objects(gemini)) == Usage(7000, 4096, 0, 150)
 
 
 def test_the_capture_keeps_both_ends_and_sees_a_tool_call_in_the_middle() -> None:
@@ -75,6 +91,11 @@ def test_context_errors_in_each_providers_words() -> None:
     assert is_context_error(400, b'{"error":{"code":"context_length_exceeded"}}')
     assert is_context_error(400, b'{"type":"error","error":{"message":"prompt is too long: 210000 tokens"}}')
     assert not is_context_error(400, b'{"error":{"message":"bad tool schema"}}')
+    google = (
+        b'{"error":{"code":400,"message":"The input token count (40321) exceeds the maximum number '
+        b'of tokens allowed (32768).","status":"INVALID_ARGUMENT"}}'
+    )
+    assert is_context_error(400, google)
     assert not is_context_error(500, b"context_length_exceeded")
 
 
