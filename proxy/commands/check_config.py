@@ -106,6 +106,8 @@ def learned_lines(settings: Settings) -> list[str]:
     keys = {
         UpstreamBase(settings.upstream.base_url).key,
         UpstreamBase(anthropic_base(settings.anthropic.base_url)).key,
+        UpstreamBase(settings.gemini.base_url).key,
+        UpstreamBase(settings.gemini.code_assist_url).key,
     }
     rows = [
         (upstream, model, fields)
@@ -153,6 +155,7 @@ def verdict(settings: Settings, source: str | None) -> str:
         doing,
         f"upstream {settings.upstream.base_url}",
         f"anthropic {settings.anthropic.base_url}",
+        f"gemini {settings.gemini.base_url}",
         f"{len(settings.models)} models table entries",
         f"state {settings.state_dir}",
     ]
@@ -179,7 +182,8 @@ def _from_environment() -> str:
 
 
 def _upstreams(settings: Settings) -> list[str]:
-    return [settings.upstream.base_url, settings.anthropic.base_url]
+    gemini = settings.gemini
+    return [settings.upstream.base_url, settings.anthropic.base_url, gemini.base_url, gemini.code_assist_url]
 
 
 def _user_policies(source: str | None) -> object:

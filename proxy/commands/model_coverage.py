@@ -31,6 +31,14 @@ USUAL_MODELS: dict[str, tuple[str, ...]] = {
         "claude-haiku-4-5",
         "claude-3-7-sonnet-latest",
     ),
+    "generativelanguage.googleapis.com": (
+        "gemini-2.5-pro",
+        "gemini-2.5-flash",
+        "gemini-2.5-flash-lite",
+        "gemini-3-pro-preview",
+        "gemini-3-flash-preview",
+    ),
+    "cloudcode-pa.googleapis.com": ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-3-pro-preview"),
 }
 
 

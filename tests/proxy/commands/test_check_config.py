@@ -81,7 +81,11 @@ def test_built_in_defaults_and_uncovered_names(tmp_path: Path, capsys: pytest.Ca
     path = config(tmp_path, context_windows={"default": 32000})
     assert main(["check-config", "--config", path]) == 0
     verdict = capsys.readouterr().out.splitlines()[-1]
-    assert verdict.startswith("OK with 2 warnings: ") and "usual api.openai.com model names get" in verdict
+    assert verdict.startswith("OK with 4 warnings: ") and "usual api.openai.com model names get" in verdict
+    # The Gemini API's and Code Assist's usual names are checked too.
+    assert "gemini https://generativelanguage.googleapis.com" in verdict
+    assert "usual generativelanguage.googleapis.com model names get" in verdict
+    assert "usual cloudcode-pa.googleapis.com model names get" in verdict
 
 
 def test_a_bad_configuration_is_one_line_and_exit_2(
