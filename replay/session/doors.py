@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from policies.conversation import Message
+from policies.conversation import Message, message_text
 from proxy.dialects import BODY_SAYS, DOORS, Dialect, Target, make_dialects
 from proxy.dialects.base import Parsed
 from proxy.dialects.doors import MODEL
@@ -109,3 +109,48 @@ def answer(
 ) -> dict[str, Any]:
     """A Chat Completions answer's message as ``dialect``'s answer."""
     return adapter(dialect).answer_from_chat(message, model, answer_id, usage)
+
+
+_ASKED = "(the question)"
+
+
+def _as_last_turn(dialect: str, data: dict[str, Any], model: str) -> dict[str, Any]:
+    """A request whose history is one user turn and then ``data``, ``dialect``'s JSON answer, as
+    the model's turn (what a client sends next, less the results)."""
+    if dialect == "chat":
+        return {
+            "model": model,
+            "messages": [{"role": "user", "content": _ASKED}, data["choices"][0]["message"]],
+        }
+    if dialect == "responses":
+        return {"model": model, "input": [{"role": "user", "content": _ASKED}, *data["output"]]}
+    if dialect == "anthropic":
+        turns = [{"role": "user", "content": _ASKED}, {"role": "assistant", "content": data["content"]}]
+        return {"model": model, "max_tokens": 1024, "messages": turns}
+    inner = data["response"] if dialect == "code_assist" else data
+    contents = [{"role": "user", "parts": [{"text": _ASKED}]}, inner["candidates"][0]["content"]]
+    return (
+        {"model": model, "request": {"contents": contents}}
+        if dialect == "code_assist"
+        else {"contents": contents}
+    )
+
+
+def answer_message(dialect: str, data: Any, model: str) -> Message | None:
+    """``dialect``'s JSON answer (the proxy's, to a request for ``model``) as one neutral
+    assistant message, its text and tool calls, read by the door's own adapter (None: no
+    answer in it)."""
+    try:
+        body = _as_last_turn(dialect, data, model)
+        parsed = adapter(dialect, Target(model=model, stream=False)).parse(body)
+    except Exception:  # not the door's answer, or one its adapter refuses (a ProxyError)
+        return None
+    replies = [m for m in parsed.neutral["messages"] if m.get("role") == "assistant"]
+    if not replies:
+        return None
+    texts = [message_text(m) for m in replies if message_text(m)]
+    calls = [c for m in replies for c in m.get("tool_calls") or []]
+    message: Message = {"role": "assistant", "content": "\n".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
