@@ -98,6 +98,8 @@ def _model_prices() -> dict[str, ModelPrices]:
         "o4-mini*": ModelPrices(cached_input=0.25),
         "gpt-4o*": ModelPrices(cached_input=0.5),
         "claude-*": ModelPrices(cached_input=0.1, cache_write=1.25, output=5.0),
+        # Gemini 2.5's implicit cache reads at a quarter of the input price, no write premium.
+        "gemini-*": ModelPrices(cached_input=0.25, output=8.0),
     }
 
 
@@ -147,7 +149,9 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # question-point views (always captured in enforce mode) are checked.
     mode: Literal["enforce", "shadow"] = "enforce"
     # The door the steps go through: chat (POST /v1/chat/completions), responses (POST
-    # /v1/responses) or anthropic (POST /v1/messages); each case is written in that wire format.
+    # /v1/responses), anthropic (POST /v1/messages), gemini (POST
+    # /v1beta/models/<model>:generateContent) or code_assist (POST /v1internal:generateContent);
+    # each case is written in that wire format.
     dialect: str = "chat"
     # Force a context window (tokens) on every request (policies compared at a tight
     # window); null: the proxy's configured window for `model`.

@@ -40,8 +40,11 @@ class CostModel:
 
 
 def cost_model(config: ReplayConfig) -> CostModel:
-    # "auto": the cache rule of the provider the door's requests go to.
-    rule: str = config.provider if config.cache.rule == "auto" else config.cache.rule
+    # "auto": the cache rule of the provider the door's requests go to (Anthropic's explicit
+    # breakpoints; every other provider's cache, Gemini's implicit one too, is automatic prefix
+    # caching: OpenAI's rule).
+    automatic = "anthropic" if config.provider == "anthropic" else "openai"
+    rule: str = automatic if config.cache.rule == "auto" else config.cache.rule
     provider = "anthropic" if rule == "anthropic" else "openai"
     source, prices = next(
         (

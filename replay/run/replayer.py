@@ -36,7 +36,7 @@ from replay.run.loading import Loaded
 from replay.run.parts import CasePart, WorkItem, part_path, write_part
 from replay.run.shards import Shard
 from replay.session.answers import AnswerRun, answer_question
-from replay.session.doors import PATHS, request
+from replay.session.doors import key_header, request, request_path
 from replay.session.proxy_process import ProxyProcess, replay_proxy_config
 from replay.session.reader import Reader
 from replay.session.survival import handles_in, survival, view_text
@@ -56,7 +56,8 @@ class RunOptions:
     progress: bool = True
     admin_token: str | None = None
     # Port of the recorded upstream (0: any free one). A proxy given with ``proxy_url`` must
-    # forward to http://127.0.0.1:<upstream_port>/v1.
+    # forward to http://127.0.0.1:<upstream_port>/v1 (Gemini doors: ``gemini.base_url`` and
+    # ``gemini.code_assist_url`` http://127.0.0.1:<upstream_port>).
     upstream_port: int = 0
     # Worker processes, each with its own recorded upstream and proxy (``replay.run.jobs``).
     jobs: int = 1
@@ -101,7 +102,7 @@ class Replayer:
 
     def headers(self, arm: str, session: str, ticket: str, mode: str) -> dict[str, str]:
         headers = {
-            "authorization": f"Bearer {REPLAY_KEY}",
+            **key_header(self.config.dialect, REPLAY_KEY),
             "x-session-id": session,
             "x-compaction-policy": arm,
             "x-compaction-mode": mode,
@@ -122,7 +123,7 @@ class Replayer:
         name = self.upstream.issue(ticket)
         try:
             response = await self.http.post(
-                self.proxy_url + PATHS[self.config.dialect],
+                self.proxy_url + request_path(self.config.dialect, self.config.model),
                 content=self.body(case, messages),
                 headers={**self.headers(arm, session, name, mode), "content-type": "application/json"},
             )

@@ -21,6 +21,7 @@ import orjson
 
 from policies.conversation import Message, message_text
 from replay.config import ModelEndpoint, ReplayConfig
+from replay.session.doors import answer_message
 
 if TYPE_CHECKING:
     from replay.questions import Question
@@ -85,8 +86,10 @@ async def answer_question(
             result["error"] = f"HTTP {response.status_code}: {response.text[:300]}"
             return result
         try:
-            message = response.json()["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            message = answer_message(config.dialect, response.json(), config.model)
+        except ValueError:
+            message = None
+        if message is None:
             result["error"] = "answer without a message"
             return result
         calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []

@@ -1,7 +1,8 @@
 """The proxy a replay starts for itself: ``compaction-proxy serve`` as a child process.
 
-Its configuration is the user's proxy configuration (the arms are its policies) with the
-upstream pointed at the recorded upstream, its state in the run directory, and, when the run
+Its configuration is the user's proxy configuration (the arms are its policies) with every
+upstream (OpenAI's, Anthropic's, the Gemini API's and Code Assist's) pointed at the recorded
+upstream, its state in the run directory, and, when the run
 forces one, a single context window for every model.
 """
 
@@ -36,6 +37,10 @@ def replay_proxy_config(
     # The recorded upstream knows no window: the replay measures at the window it is given.
     data["upstream"] = {**data["upstream"], "base_url": upstream_url, "api_key": None, "learn_windows": False}
     data["anthropic"] = {"base_url": upstream_url, "api_key": None}
+    # Google's base URLs are the API's root (a client's path holds the version): every door, the
+    # Gemini API's and Code Assist's too, goes to the recorded upstream, never to Google.
+    root = upstream_url.rstrip("/").removesuffix("/v1")
+    data["gemini"] = {"base_url": root, "api_key": None, "code_assist_url": root}
     data["state_dir"] = str(state_dir)
     data["server"] = {**data["server"], "admin_token": None, "workers": 1, "host": "127.0.0.1"}
     data["store"] = {**data["store"], "path": None} if data["store"]["backend"] == "sqlite" else data["store"]

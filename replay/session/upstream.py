@@ -7,12 +7,14 @@ at question points the whole view for the evidence check. Question requests of m
 are forwarded to the answering model instead.
 
 Requests are matched to what the harness expects by the ``X-Replay-Ticket`` header, which the
-proxy relays like any other client header (also on its own read_tool_output rounds).
+proxy relays like any other client header (also on its own read_tool_output rounds). A request's
+door (and a Gemini door's model, in its path) is found with the proxy's own door table: one
+server is the upstream of every provider (OpenAI's and Anthropic's at ``base_url``, Google's at
+``root_url``).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import time
@@ -27,6 +29,7 @@ from aiohttp import web
 
 from policies.conversation import Message, parse
 from policies.tokens import REPLY_PRIMING, TokenCounter
+from proxy.dialects import DoorTable, Target
 from proxy.dialects.base import Parsed
 from replay.config import ModelEndpoint
 from replay.session.cost import SessionLog
@@ -36,6 +39,8 @@ from replay.session.survival import view_text
 
 TICKET_HEADER = "X-Replay-Ticket"
 SESSION_HEADER = "x-session-id"
+# The doors the recorded upstream answers, found as the proxy finds them.
+_DOOR_TABLE = DoorTable(REPLAY_DOORS)
 # Session logs kept at most (the oldest dropped first): a replayer takes each one when its
 # case is done, so only sessions in flight are held.
 MAX_SESSIONS = 256
@@ -96,8 +101,14 @@ class RecordedUpstream:
         self.sessions: OrderedDict[str, SessionLog] = OrderedDict()
 
     @property
+    def root_url(self) -> str:
+        """The API root, as Google's base URLs are given (``gemini.base_url``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        """OpenAI's and Anthropic's base URL (``upstream.base_url``, ``anthropic.base_url``)."""
+        return self.root_url + "/v1"
 
     def issue(self, ticket: Ticket) -> str:
         name = f"t{next(self._ids)}"
@@ -126,19 +137,17 @@ class RecordedUpstream:
         self, parsed: Parsed, digests: Sequence[bytes], tokens: Sequence[int]
     ) -> list[tuple[bytes, int]]:
         """The tool schemas (with the model: a cache is per model) and each message, as blocks."""
-        body = parsed.body
-        raw = body.get("tools")
+        raw = parsed.body.get("tools")
         tools: list[Any] = raw if isinstance(raw, list) else []
         neutral = parsed.neutral.get("tools") or []
-        encoding = self.counter.encoding_for(body.get("model"))
-        head = (message_digest([body.get("model"), tools]), self.counter.count_tools(neutral, encoding))
+        model = parsed.neutral.get("model")
+        encoding = self.counter.encoding_for(model)
+        head = (message_digest([model, tools]), self.counter.count_tools(neutral, encoding))
         return [head, *zip(digests, tokens, strict=True)]
 
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1 << 30)
-        for door in REPLAY_DOORS:
-            app.router.add_post(door.path.decode(), functools.partial(self._answer, dialect=door.dialect))
-        app.router.add_route("*", "/{tail:.*}", self._other)
+        app.router.add_route("*", "/{tail:.*}", self._route)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -154,13 +163,21 @@ class RecordedUpstream:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _other(self, request: web.Request) -> web.Response:
-        self.unexpected += 1
-        return web.json_response(
-            {"error": {"message": "not recorded", "type": "invalid_request_error"}}, status=404
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        """A request of a replayed door (found as the proxy finds it, a Gemini door's model from
+        its path), answered; anything else is unexpected."""
+        found = _DOOR_TABLE.find(
+            request.method.encode(), request.rel_url.raw_path.encode(), request.query_string.encode()
         )
+        if found is None:
+            self.unexpected += 1
+            return web.json_response(
+                {"error": {"message": "not recorded", "type": "invalid_request_error"}}, status=404
+            )
+        door, target = found
+        return await self._answer(request, door.dialect, target)
 
-    async def _answer(self, request: web.Request, dialect: str) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, dialect: str, target: Target) -> web.StreamResponse:
         name = request.headers.get(TICKET_HEADER, "")
         ticket = self.tickets.get(name)
         raw = await request.read()
@@ -171,14 +188,15 @@ class RecordedUpstream:
                 status=400,
             )
         body = orjson.loads(raw)
-        parsed = read(dialect, body)
+        parsed = read(dialect, body, target)
         messages = parsed.neutral["messages"]
+        model = parsed.neutral.get("model")
         breakpoints = adapter(dialect).cache_marks(parsed)
         names = tool_names(parsed)
         kind = request_kind(ticket)
         digests = tuple(message_digest(m) for m in messages)
         conversation = parse(messages)
-        tokens = self.counter.count_messages(messages, self.counter.encoding_for(body.get("model")))
+        tokens = self.counter.count_messages(messages, self.counter.encoding_for(model))
         ticket.received.append(
             Received(
                 messages=messages if ticket.keep_messages else None,
@@ -211,14 +229,13 @@ class RecordedUpstream:
         reply["role"] = "assistant"
         reply.setdefault("content", None)
         answer_id = f"replay-{name}-{len(ticket.received)}"
-        written = answer(dialect, reply, body.get("model"), answer_id)
+        written = answer(dialect, reply, model, answer_id)
         return web.Response(body=orjson.dumps(written), content_type="application/json")
 
     async def _forward_converted(
         self, dialect: str, parsed: Parsed, ticket: Ticket, endpoint: ModelEndpoint
     ) -> web.Response:
-        """A question through the Responses or Messages door, answered by a model that speaks
-        chat."""
+        """A question through another door than chat's, answered by a model that speaks chat."""
         response = await self._forward(chat_request(parsed), ticket, endpoint)
         if response.status != 200 or response.body is None:
             return response
@@ -227,7 +244,7 @@ class RecordedUpstream:
             message = data["choices"][0]["message"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
             return response
-        written = answer(dialect, message, parsed.model, "forwarded", data.get("usage"))
+        written = answer(dialect, message, parsed.neutral.get("model"), "forwarded", data.get("usage"))
         return web.Response(body=orjson.dumps(written), content_type="application/json")
 
     async def _forward(self, body: dict[str, Any], ticket: Ticket, endpoint: ModelEndpoint) -> web.Response:

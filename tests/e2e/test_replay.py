@@ -177,6 +177,8 @@ def view_text(messages: list[dict[str, Any]]) -> str:
     parts = []
     for message in messages:
         content = message.get("content")
+        if isinstance(content, list) and all(isinstance(p, dict) and "text" in p for p in content):
+            content = "\n".join(p["text"] for p in content)  # text parts, as other doors send them
         parts.append(content if isinstance(content, str) else orjson.dumps(content).decode())
         for call in message.get("tool_calls") or []:
             parts.append(orjson.dumps(orjson.loads(call["function"]["arguments"] or "{}")).decode())

@@ -1,7 +1,9 @@
 """Replay through every door: the sample trajectories written as Chat Completions requests, as
-Responses API requests and as Anthropic Messages requests, replayed through the real proxy with
+Responses API requests, as Anthropic Messages requests, as Gemini API requests (the model in the
+path) and as Gemini CLI's Code Assist requests, replayed through the real proxy with
 ``improved`` at a 16k window, make the same compaction decisions (trigger, covered range,
-handles, summary) and the same survival per case and question."""
+handles, summary) and the same survival per case and question; the scripted reader reads saved
+outputs back through each door."""
 
 from __future__ import annotations
 
@@ -41,11 +43,13 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {case: p.to_json() for (_, case), p in parts.items()}
 
 
-@pytest.mark.parametrize("door", ["responses", "anthropic"])
+@pytest.mark.parametrize("door", ["responses", "anthropic", "gemini", "code_assist"])
 def test_every_door_makes_the_same_decisions_and_keeps_the_same_evidence(
     door: str, chat: dict[str, Any], tmp_path: Path
 ) -> None:
-    other = {case: p.to_json() for (_, case), p in replay(door, tmp_path)["parts"].items()}
+    result = replay(door, tmp_path)
+    assert result["unexpected_upstream_requests"] == 0
+    other = {case: p.to_json() for (_, case), p in result["parts"].items()}
     assert chat.keys() == other.keys() and len(chat) >= 5
     compactions = 0
     boundary: list[str] = []
@@ -83,3 +87,6 @@ def test_every_door_makes_the_same_decisions_and_keeps_the_same_evidence(
         compactions += len(through_chat["decisions"])
     assert compactions > 0
     assert len(boundary) <= max(1, len(chat) // 20), boundary
+    # read_tool_output works through the door: evidence out of the view is read back through it.
+    read_back = [q for p in other.values() for q in p["questions"] if q["survival"] == "recoverable"]
+    assert read_back and all(q["read_calls"] > 0 for q in read_back)

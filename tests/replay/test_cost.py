@@ -163,6 +163,11 @@ def test_rates_come_from_the_first_matching_model_else_the_provider() -> None:
     assert (model.rule, model.prices_from, model.rates.cache_write) == ("anthropic", "anthropic", 1.25)
     model = cost_model(load_replay_config(None, {"model": "claude-sonnet-4", "cache": {"rule": "none"}}))
     assert (model.rule, model.prices_from, model.rates.cached_input) == ("none", "models.claude-*", 0.1)
+    # Gemini's implicit cache is automatic prefix caching: OpenAI's rule, through both its doors.
+    for door in ("gemini", "code_assist"):
+        model = cost_model(load_replay_config(None, {"model": "gemini-2.5-pro", "dialect": door}))
+        figures = (model.rule, model.prices_from, model.rates.cached_input)
+        assert figures == ("openai", "models.gemini-*", 0.25)
 
 
 def test_an_arm_cost_adds_cache_reads_summaries_and_read_rounds() -> None:
