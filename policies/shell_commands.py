@@ -118,6 +118,24 @@ def shell_write_targets(command: str) -> list[str | None]:
     return targets
 
 
+# Options of head and tail whose value is the next word (``head -n 60 f``): not a file.
+_VALUE_FLAGS = frozenset({"-n", "-c", "--lines", "--bytes"})
+
+
+def _operands(words: list[str], value_flags: frozenset[str]) -> list[str]:
+    """The words that are not options, nor the value of an option in ``value_flags``."""
+    operands: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in value_flags:
+            skip = True
+        elif not word.startswith("-"):
+            operands.append(word)
+    return operands
+
+
 def shell_read_target(command: str) -> str | None:
     """The file a simple reading command shows (``cat f``, ``head -n 5 f``, ``sed -n 1,9p f``)."""
     if "\n" in command.strip() or "|" in command or ">" in command:
@@ -132,7 +150,7 @@ def shell_read_target(command: str) -> str | None:
     if not words:
         return None
     program = words[0]
-    files = [w for w in words[1:] if not w.startswith("-")]
+    files = _operands(words[1:], _VALUE_FLAGS if program in ("head", "tail") else frozenset())
     if program in _READERS and len(files) == 1 and not files[0].isdigit():
         return files[0]
     if program == "sed" and "-n" in words and len(files) == 2:

@@ -124,6 +124,23 @@ def test_codex_shell_argv_is_unwrapped_and_its_reads_are_seen() -> None:
     assert action.path == "src/app.py"  # shown, not written
 
 
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("cat -n src/app.py", "src/app.py"),
+        ("head -n 60 src/app.py", "src/app.py"),
+        ("tail -n 20 logs/out.txt", "logs/out.txt"),
+        ("head -c 100 src/app.py", "src/app.py"),
+        ("head -20 src/app.py", "src/app.py"),
+        ("sed -n 1,9p src/app.py", "src/app.py"),
+        ("head -n 5 a.py b.py", None),  # two files: not one file shown
+        ("tail -f logs/out.txt | grep x", None),
+    ],
+)
+def test_a_shell_command_that_shows_one_file_reads_it(command: str, shown: str | None) -> None:
+    assert classify("bash", {"command": command}).path == shown
+
+
 def test_patches_name_every_file_and_their_new_code() -> None:
     action = classify("apply_patch", {"input": PATCH_TEXT})
     assert action.paths == ("src/app.py", "tests/test_app.py")
