@@ -72,6 +72,14 @@ class OffloadFact(_Fact, frozen=True):
     edits: int = 0
 
 
+class SupersededFact(_Fact, frozen=True):
+    """Outputs a later step made obsolete, replaced by a note naming their handles."""
+
+    reads: int
+    commands: int
+    handles: tuple[str, ...]
+
+
 class RetryCollapseFact(_Fact, frozen=True):
     chains: int
     dropped_messages: int
@@ -108,6 +116,8 @@ class StageFacts(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Between points of a tight session: outputs no longer the newest, behind their handles.
     tail_offload: OffloadFact | None = None
     retry_collapse: RetryCollapseFact | None = None
+    # Reads of a file read again (or edited) later, and commands run again, behind their handles.
+    superseded_reads: SupersededFact | None = None
     token_safeguard: SafeguardFact | None = None
     micro_compact: MicroCompactFact | None = None
     n_latest: NLatestFact | None = None

@@ -77,6 +77,28 @@ def is_placeholder(text: str) -> bool:
     return text.startswith(PLACEHOLDER_PREFIX)
 
 
+# A superseded or stale output's note: one line, the placeholder's prefix (so every stage and
+# the transcript treat it as a placeholder), its status and why, what it was, and the read hint.
+_SUPERSEDED = re.compile(
+    re.escape(PLACEHOLDER_PREFIX) + r"(out_[0-9a-f]{16})\] (Superseded|Stale) \(([^)\n]*)\): `([^`\n]*)`"
+)
+
+
+def superseded_text(handle: str, status: str, why: str, target: str, size: str) -> str:
+    """The one-line note that stands for an output a later one replaced: ``status`` is
+    Superseded or Stale, ``why`` says what came later, ``target`` is the file or command (one
+    line, no backquote), ``size`` what the output held."""
+    flat = " ".join(target.split()).replace("`", "'")
+    head = f"{PLACEHOLDER_PREFIX}{handle}] {status} ({why}): `{flat}`, {size}. "
+    return head + f"Read it with {read_hint(handle)}."
+
+
+def superseded_of(text: str) -> tuple[str, str, str, str] | None:
+    """(handle, status, why, target) of a superseded output's note, else None."""
+    found = _SUPERSEDED.match(text)
+    return (found.group(1), found.group(2), found.group(3), found.group(4)) if found else None
+
+
 def excerpt_text(handle: str, description: str, head: str, tail: str, omitted: int) -> str:
     """The text that stands for an output cut to fit the window: its head and tail."""
     return (

@@ -25,9 +25,11 @@ from policies.ledger_records import (
     UNBOUNDED,
     EditRecord,
     RenderLimits,
+    SupersededRecord,
     TranscriptRecord,
     UserWords,
     render_edits,
+    render_superseded,
     render_transcripts,
 )
 from policies.ledger_user_words import render_user_words, saved_user_words
@@ -65,6 +67,8 @@ class Ledger(msgspec.Struct, frozen=True):
     user_words: tuple[UserWords, ...] = ()
     # With transcripts: where each summary's replaced messages are saved verbatim, oldest first.
     transcripts: tuple[TranscriptRecord, ...] = ()
+    # Outputs a later step made obsolete (a file read again or edited, a command run again), in order.
+    superseded: tuple[SupersededRecord, ...] = ()
 
     def merge(self, newer: Ledger) -> Ledger:
         """This ledger followed by what ``newer`` saw later (a later compaction cycle)."""
@@ -89,10 +93,14 @@ class Ledger(msgspec.Struct, frozen=True):
             edits=self.edits + newer.edits,
             user_words=self.user_words + newer.user_words,
             transcripts=self.transcripts + newer.transcripts,
+            superseded=self.superseded + newer.superseded,
         )
 
     def with_handles(self, handles: Iterable[str]) -> Ledger:
         return msgspec.structs.replace(self, handles=_unique((*self.handles, *handles)))
+
+    def with_superseded(self, records: Sequence[SupersededRecord]) -> Ledger:
+        return msgspec.structs.replace(self, superseded=(*self.superseded, *records)) if records else self
 
     def with_transcript(self, record: TranscriptRecord) -> Ledger:
         return msgspec.structs.replace(self, transcripts=(*self.transcripts, record))
@@ -169,7 +177,9 @@ class Ledger(msgspec.Struct, frozen=True):
             | set(self.saved_texts(limits))
             | set(self.saved_texts())
             | {t.handle for t in self.transcripts}
+            | {r.handle for r in self.superseded}
         )
+        lines += render_superseded(self.superseded, limits)
         handles = [h for h in self.handles if h not in named]
         if handles:
             lines.append("### Saved outputs (read with read_tool_output)")

@@ -1,7 +1,8 @@
 """Sections of the state ledger that keep what a summary must never paraphrase: the agent's
 edits (by file, in order, each with the handle its content is saved under), the user's own
-words after the task (verbatim, in order), and, with transcripts, the handles under which the
-messages each summary replaced are saved verbatim (``policies/transcript.py``), oldest first.
+words after the task (verbatim, in order), with transcripts, the handles under which the
+messages each summary replaced are saved verbatim (``policies/transcript.py``), oldest first,
+and the outputs a later step made obsolete (``superseded_reads``), by file or command.
 
 The user's words are kept verbatim as long as they fit ``USER_WORDS_CHARS`` (newest first: a
 later correction overrides an earlier one); a message longer than ``LONG_USER_CHARS`` (about
@@ -12,11 +13,12 @@ laid out (repeats once, older messages cut first) is ``ledger_user_words.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from policies.handles import mention
+from policies.conversation import Message, message_text, role
+from policies.handles import mention, superseded_of
 
 LONG_USER_CHARS = 6000
 USER_WORDS_CHARS = 12000
@@ -73,6 +75,14 @@ class TranscriptRecord(msgspec.Struct, frozen=True):
     chars: int
 
 
+class SupersededRecord(msgspec.Struct, frozen=True):
+    """An output a later step made obsolete: the file (or command), why, and its handle."""
+
+    target: str
+    why: str
+    handle: str
+
+
 class UserWords(msgspec.Struct, frozen=True):
     text: str
     # The view keeps this message verbatim right after the summary (the last user message).
@@ -118,4 +128,44 @@ def render_transcripts(records: Sequence[TranscriptRecord], limits: RenderLimits
                 lines.append(f"- ... {hidden} more (each transcript names the one before it)")
             continue
         lines.append(f"- messages {record.first}-{record.last}: {mention(record.handle)}")
+    return lines
+
+
+def superseded_records(messages: Iterable[Message]) -> tuple[SupersededRecord, ...]:
+    """The notes of superseded outputs among ``messages`` (what a summary replaces), in order:
+    the notes themselves say which file or command, why, and the handle."""
+    found = []
+    for message in messages:
+        if role(message) not in ("tool", "user"):
+            continue
+        note = superseded_of(message_text(message))
+        if note is not None:
+            handle, _status, why, target = note
+            found.append(SupersededRecord(target, why, handle))
+    return tuple(found)
+
+
+def render_superseded(records: Sequence[SupersededRecord], limits: RenderLimits | None = None) -> list[str]:
+    """One line per file or command (the newest ``limits.items`` of them): its superseded
+    outputs by why, each why's handles in order (the first and the newest ones, as edits)."""
+    if not records:
+        return []
+    limits = limits or RenderLimits()
+    by_target: dict[str, dict[str, list[str]]] = {}
+    for record in records:
+        by_target.setdefault(record.target, {}).setdefault(record.why, []).append(record.handle)
+    targets = list(by_target)
+    shown = targets[-max(limits.items, 1) :]
+    lines = ["### Superseded outputs (a later step read the file or ran the command again; each saved)"]
+    if len(shown) < len(targets):
+        lines.append(f"- ... {len(targets) - len(shown)} earlier files or commands")
+    first, last = limits.edits_first, limits.edits_last
+    for target in shown:
+        parts = []
+        for why, handles in by_target[target].items():
+            named = [mention(h) for h in handles]
+            if len(named) > first + last:
+                named = [*named[:first], f"({len(named) - first - last} more)", *named[-last:]]
+            parts.append(f"{why}: {', '.join(named)}")
+        lines.append(f"- `{target}`: {'; '.join(parts)}")
     return lines

@@ -9,6 +9,7 @@ from policies.stages.n_latest import NLatest
 from policies.stages.offload import OffloadOutputs
 from policies.stages.retry_collapse import RetryCollapse
 from policies.stages.summarize import Summarize
+from policies.stages.superseded_reads import SupersededReads
 from policies.stages.tail_offload import TailOffload
 from policies.stages.token_safeguard import TokenSafeguard
 from policies.stages.trigger import Trigger
@@ -20,6 +21,7 @@ STAGE_TYPES: dict[str, type] = {
     "auto_compact": AutoCompact,
     "trigger": Trigger,
     "retry_collapse": RetryCollapse,
+    "superseded_reads": SupersededReads,
     "offload": OffloadOutputs,
     "tail_offload": TailOffload,
     "summarize": Summarize,

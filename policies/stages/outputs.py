@@ -60,21 +60,31 @@ def _target(action: Action) -> str:
     return action.target or str(action.args)[:120]
 
 
+def output_action(messages: Sequence[Message], index: int, calls: dict[str, dict[str, Any]]) -> Action | None:
+    """The action whose output is ``messages[index]``, read through the shared action
+    vocabulary: a tool result's call, or a text agent's last action before its observation
+    (None: no call answers it, or no action is written in the message before it)."""
+    message = messages[index]
+    if role(message) == "tool":
+        call = calls.get(str(message.get("tool_call_id")))
+        return call_action(call) if call is not None else None
+    found = actions_of(messages[index - 1]) if index > 0 else []
+    return found[-1] if found else None
+
+
 def action_of(messages: Sequence[Message], index: int, calls: dict[str, dict[str, Any]]) -> tuple[str, str]:
     """(tool name, its normalized target) of the action whose output is ``messages[index]``,
     read through the shared action vocabulary."""
     message = messages[index]
+    action = output_action(messages, index, calls)
     if role(message) == "tool":
-        call = calls.get(str(message.get("tool_call_id")))
-        action = call_action(call) if call is not None else None
         name = (action.tool if action else "") or str(message.get("name") or "tool")
         if action is None:
             return name, ""
         return name, _target(action)
+    if action is not None:
+        return action.tool, _target(action)
     previous = messages[index - 1] if index > 0 else {}
-    found = actions_of(previous)
-    if found:
-        return found[-1].tool, _target(found[-1])
     first_line = next(
         (line.strip() for line in message_text(previous).splitlines()[::-1] if line.strip()), ""
     )

@@ -20,6 +20,7 @@ from policies.facts import SummaryFact
 from policies.handles import mention, new_handle
 from policies.ledger import LEDGER_HEADING, Ledger
 from policies.ledger_extraction import build_ledger
+from policies.ledger_records import superseded_records
 from policies.stages.common import SUMMARY_HEADER, summary_content
 from policies.summarizer import LedgerSummarizer, SummaryRequest, SummaryResult
 from policies.transcript import build_transcript
@@ -279,6 +280,8 @@ async def compact_range(
     keep = kept_after_summary(view.original_conversation(), span.start, span.end, pinned or set())
     ledger = _covered_ledger(view, ctx, span, keep, goal=goal, task_kept=task_kept)
     replaced = _replaced(view, span, cut, keep)
+    # The ledger says which outputs the view had replaced as superseded (their notes say it).
+    ledger = ledger.with_superseded(superseded_records(m for m, _ in replaced))
     if ctx.transcripts:
         ledger = _save_transcript(view, ledger, replaced)
     handles = [*previous.handles, *view.offloads]

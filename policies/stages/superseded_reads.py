@@ -1,0 +1,262 @@
+"""Superseded and stale outputs: an output a later step made obsolete leaves the view for a
+one-line note with its handle.
+
+A tool output that shows a file (what ``policies/actions.py`` reads as a ``read`` with a path,
+on every door: ``str_replace_editor view``, ``Read``, ``read_file``, ``open f``, and ``cat``,
+``head``, ``tail``, ``nl``, ``sed -n`` through a shell) is
+
+- *superseded* once a later step reads the same file again (any part of it), and
+- *stale* when, besides, a later step edited the file (an edit, a write, a patch, a shell
+  command that writes it): what it shows is no longer what the file holds;
+
+likewise a command's output is superseded once a later step runs the same command (its
+whitespace folded). The newest read of a file and the newest run of a command always stay:
+they are the model's current picture (``stale_newest`` also lets a newest read go once the file
+was edited after it). A later read that failed (no such file, a bad range) supersedes nothing.
+Reads and runs in the same step are the model's one move (parallel calls): only a later step
+counts.
+
+The note keeps the placeholder's prefix and, on one line, says why the output went, what it was
+(the file or command, its size, its exit code) and the handle its whole text is saved under (an
+``Offload``: the proxy saves it before it sends a view that names it), so a question about an
+early read of a file edited since is answered by reading the handle. The state ledger of a
+later summary lists every note under "Superseded outputs" (``policies/ledger.py``).
+
+When:
+
+- at a compaction point (this stage placed after the trigger): every output after the summary
+  but those of the newest step that produced output (what the model is answering now);
+- between points: only the outputs of the previous request's tail (its newest step with output,
+  what the next step can make obsolete), so everything the provider's prompt cache holds
+  before it stays byte for byte, as ``tail_offload`` does; not a compaction point;
+- an output of at most ``min_chars`` characters stays (its note would save nothing), and so do
+  pinned steps, placeholders and excerpts (their handle already holds the text);
+- only tool calls are actions in a tool-calling conversation (an assistant's prose with a code
+  block runs nothing); text actions count only for an agent that acts in text;
+- the decision is sticky: later requests carry the same note, byte for byte.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import msgspec
+import orjson
+
+from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action
+from policies.conversation import Conversation, Message, Step, message_text, result_id, tool_call_ids
+from policies.facts import SupersededFact
+from policies.handles import is_excerpt, is_placeholder, new_handle, superseded_text
+from policies.message_actions import actions_of
+from policies.shell_commands import exit_code
+from policies.stages.outputs import describe, failed
+from policies.stages.summary_state import summary_index
+from policies.view import Context, Offload, View
+
+# Arguments of a read that name its file or sub-command, not the part of the file it shows.
+_NOT_SCOPE = frozenset({"command", "path", "file_path", "filepath", "absolute_path", "filename", "file"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """One action of a step: the view index of its output (None: not answered yet), the action,
+    and its key (``("read", path)`` or ``("run", command)``; None: neither)."""
+
+    index: int | None
+    action: Action
+    key: tuple[str, str] | None
+
+
+class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    name: ClassVar[str] = "superseded_reads"
+    # An output this long (in characters) or shorter stays: a note would save nothing.
+    min_chars: int = 300
+    # Command outputs too, once the same command ran again.
+    commands: bool = True
+    # The newest read of a file too, once a later step edited the file.
+    stale_newest: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_chars < 0:
+            raise ValueError("min_chars must be >= 0")
+
+    async def apply(self, view: View, ctx: Context) -> View:
+        conversation = view.conversation()
+        producing = [s for s in conversation.steps if s.kind in ("exchange", "observation")]
+        if len(producing) < 2:
+            return view
+        protected_from = producing[-1].start
+        summary = summary_index(view)
+        after_summary = 0 if summary is None else summary + 1
+        first = max(after_summary, 0 if view.compacting else previous_tail(conversation, protected_from))
+        if first >= protected_from:
+            return view
+        decisions = self._decide(view, conversation, first, protected_from)
+        if not decisions:
+            return view
+        pinned = ctx.pins.pinned_steps(view.messages)
+        placeholders = dict(view.checkpoint.placeholders)
+        replaced = list(view.messages)
+        reads = runs = 0
+        saved: list[str] = []
+        for index, output, (status, why) in decisions:
+            source = view.origin[index]
+            text = message_text(view.messages[index])
+            if source < 0 or index in pinned or len(text) <= self.min_chars:
+                continue
+            if is_placeholder(text) or is_excerpt(text):
+                continue  # its handle already holds the text
+            handle = new_handle(text)
+            note = superseded_text(handle, status, why, _what(output), _size(text))
+            if len(note) >= len(text):
+                continue  # the note would be no shorter than what it stands for
+            view.offloads[handle] = Offload(handle, text, describe(output.action.tool, _what(output), text))
+            saved.append(handle)
+            replaced[index] = {**view.messages[index], "content": note}
+            placeholders[ctx.digests.at(source, view.original[source])] = replaced[index]
+            reads += output.key is not None and output.key[0] == "read"
+            runs += output.key is not None and output.key[0] == "run"
+        if not reads + runs:
+            return view
+        view.replace_messages(replaced, self.name, origin=list(view.origin))
+        view.remember_replacements(placeholders)
+        view.facts.superseded_reads = SupersededFact(reads=reads, commands=runs, handles=tuple(saved))
+        # A decision at a compaction point is one of its decisions; between points it is not one.
+        view.decided = view.decided or view.compacting
+        return view
+
+    def _decide(
+        self, view: View, conversation: Conversation, first: int, protected_from: int
+    ) -> list[tuple[int, _Output, tuple[str, str]]]:
+        """The outputs in view ``[first, protected_from)`` a later step made obsolete: each
+        one's index, its action and key, and its status and why. The steps are read newest
+        first, so each output is judged by what the steps after it did: files read (by a read
+        that did not fail), files edited, commands run. What a step did is read from its calls,
+        answered or not: a request that adds a step's results one by one sees the same events
+        at each one, so a decision made on one is the decision on the next."""
+        read_later: set[str] = set()
+        edited_later: set[str] = set()
+        ran_later: set[str] = set()
+        found: list[tuple[int, _Output, tuple[str, str]]] = []
+        for step in reversed(conversation.steps):
+            if step.end <= first:
+                break
+            calls = step_calls(view.messages, step, conversation.text_actions)
+            if first <= step.start < protected_from:
+                for output in calls:
+                    verdict = self._verdict(output, read_later, edited_later, ran_later)
+                    if output.index is not None and verdict is not None:
+                        found.append((output.index, output, verdict))
+            for output in calls:
+                kind, target = output.key or ("", "")
+                if kind == "run":
+                    ran_later.add(target)
+                elif kind == "read" and (output.index is None or not _failed(view, output.index)):
+                    read_later.add(target)
+                edited_later.update(written_paths(output.action))
+        found.reverse()
+        return found
+
+    def _verdict(
+        self, output: _Output, read_later: set[str], edited_later: set[str], ran_later: set[str]
+    ) -> tuple[str, str] | None:
+        if output.key is None:
+            return None
+        kind, target = output.key
+        if kind == "run":
+            return ("Superseded", "ran again later") if self.commands and target in ran_later else None
+        edited = target in edited_later
+        if target in read_later:
+            return ("Stale", "edited and read again later") if edited else ("Superseded", "read again later")
+        if edited and self.stale_newest:
+            return ("Stale", "edited after this read")
+        return None
+
+
+def previous_tail(conversation: Conversation, newest: int) -> int:
+    """Where the previous request's tail starts: its newest step with output, or its newest
+    assistant turn, before the newest step with output (at ``newest``). What comes before it is
+    what the provider's prompt cache holds."""
+    kinds = ("exchange", "observation", "assistant")
+    return next(
+        (s.start for s in reversed(conversation.steps) if s.start < newest and s.kind in kinds), newest
+    )
+
+
+def step_calls(messages: Sequence[Message], step: Step, text_actions: bool) -> list[_Output]:
+    """Each action of a step (its tool calls, or the action of an agent that acts in text) with
+    the index of its output (None: not answered yet) and its key."""
+    if step.kind == "exchange":
+        assistant = messages[step.start]
+        answered = {result_id(messages[i]): i for i in range(step.start + 1, step.end)}
+        return [
+            _Output(answered.get(call_id), action, output_key(action))
+            for call_id, action in zip(_call_ids(assistant), actions_of(assistant), strict=False)
+        ]
+    if step.kind == "observation" and text_actions:
+        found = actions_of(messages[step.start])
+        return [_Output(step.end - 1, found[-1], output_key(found[-1]))] if found else []
+    return []
+
+
+def _call_ids(message: Message) -> list[str]:
+    """The id of each call of an assistant message, in order ("" for a malformed call), so they
+    pair with ``actions_of`` (one action per call)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not tool_call_ids(message):
+        return []
+    return [str(c.get("id")) if isinstance(c, dict) else "" for c in calls]
+
+
+def output_key(action: Action) -> tuple[str, str] | None:
+    """``("read", path)`` for an action that shows a file (a shell command that reads one and
+    writes none included), ``("run", command)`` for any other shell command, else None."""
+    if action.kind == READ and action.path:
+        return ("read", posixpath.normpath(action.path))
+    if action.kind == SHELL and action.path and not action.paths:
+        return ("read", posixpath.normpath(action.path))
+    if action.kind == SHELL and action.command and action.command.strip():
+        return ("run", " ".join(action.command.split()))
+    return None
+
+
+def written_paths(action: Action) -> Iterator[str]:
+    """The files an action writes: an edit's or a write's path, a patch's paths, the files a
+    shell command writes."""
+    if action.kind in (EDIT, WRITE) and action.path:
+        yield posixpath.normpath(action.path)
+    elif action.kind == PATCH:
+        for path in action.paths or ((action.path,) if action.path else ()):
+            yield posixpath.normpath(path)
+    elif action.kind == SHELL:
+        yield from (posixpath.normpath(p) for p in action.paths)
+
+
+def _failed(view: View, index: int) -> bool:
+    """Whether the output at view ``index`` failed, read from the client's text (the view may
+    already hold a placeholder for it)."""
+    source = view.origin[index]
+    text = message_text(view.original[source] if source >= 0 else view.messages[index])
+    return failed(text)
+
+
+def _what(output: _Output) -> str:
+    """The file (with the part of it a read shows) or the command, on one line."""
+    action = output.action
+    if output.key is None:
+        return action.tool
+    kind, target = output.key
+    if kind == "run" or action.kind == SHELL:
+        return " ".join((action.command or target).split())
+    scope = {k: v for k, v in action.args.items() if k not in _NOT_SCOPE}
+    return f"{target} {orjson.dumps(scope, option=orjson.OPT_SORT_KEYS).decode()}" if scope else target
+
+
+def _size(text: str) -> str:
+    lines = text.count("\n") + 1
+    size = f"{len(text)} chars" if len(text) < 1000 else f"{len(text) / 1000:.1f} KB"
+    code = exit_code(text)
+    return f"{lines} lines, {size}" + (f", exit {code}" if code is not None else "")
