@@ -179,11 +179,12 @@ class Ledger(msgspec.Struct, frozen=True):
             | {t.handle for t in self.transcripts}
             | {r.handle for r in self.superseded}
         )
-        lines += render_superseded(self.superseded, limits)
+        superseded, listed = render_superseded(self.superseded, limits.handles)
+        lines += superseded
         handles = [h for h in self.handles if h not in named]
         if handles:
             lines.append("### Saved outputs (read with read_tool_output)")
-            shown_handles = handles[-limits.handles :]
+            shown_handles = handles[-(limits.handles - listed) :] if limits.handles > listed else []
             if len(handles) > len(shown_handles):
                 lines.append(f"- ... {len(handles) - len(shown_handles)} earlier saved outputs")
             lines += [f"- {mention(h)}" for h in shown_handles]

@@ -145,27 +145,27 @@ def superseded_records(messages: Iterable[Message]) -> tuple[SupersededRecord, .
     return tuple(found)
 
 
-def render_superseded(records: Sequence[SupersededRecord], limits: RenderLimits | None = None) -> list[str]:
-    """One line per file or command (the newest ``limits.items`` of them): its superseded
-    outputs by why, each why's handles in order (the first and the newest ones, as edits)."""
-    if not records:
-        return []
-    limits = limits or RenderLimits()
-    by_target: dict[str, dict[str, list[str]]] = {}
+def render_superseded(records: Sequence[SupersededRecord], budget: int) -> tuple[list[str], int]:
+    """The newest ``budget`` superseded outputs, one line per file or command, by why, each
+    why's handles in order after the count of its earlier ones not shown; and how many handles
+    the lines name. The handles count against the saved outputs' limit, so the section costs
+    what listing them as saved outputs did (the read tool's ``*`` searches every one anyway)."""
+    shown = list(records)[-budget:] if budget > 0 else []
+    if not shown:
+        return [], 0
+    total: dict[tuple[str, str], int] = {}
     for record in records:
-        by_target.setdefault(record.target, {}).setdefault(record.why, []).append(record.handle)
-    targets = list(by_target)
-    shown = targets[-max(limits.items, 1) :]
+        total[(record.target, record.why)] = total.get((record.target, record.why), 0) + 1
+    by_target: dict[str, dict[str, list[str]]] = {}
+    for record in shown:
+        by_target.setdefault(record.target, {}).setdefault(record.why, []).append(mention(record.handle))
     lines = ["### Superseded outputs (a later step read the file or ran the command again; each saved)"]
-    if len(shown) < len(targets):
-        lines.append(f"- ... {len(targets) - len(shown)} earlier files or commands")
-    first, last = limits.edits_first, limits.edits_last
-    for target in shown:
+    if len(shown) < len(records):
+        lines.append(f"- ... {len(records) - len(shown)} earlier superseded outputs")
+    for target, whys in by_target.items():
         parts = []
-        for why, handles in by_target[target].items():
-            named = [mention(h) for h in handles]
-            if len(named) > first + last:
-                named = [*named[:first], f"({len(named) - first - last} more)", *named[-last:]]
-            parts.append(f"{why}: {', '.join(named)}")
+        for why, named in whys.items():
+            earlier = total[(target, why)] - len(named)
+            parts.append(f"{why}: {f'({earlier} earlier) ' if earlier else ''}{', '.join(named)}")
         lines.append(f"- `{target}`: {'; '.join(parts)}")
-    return lines
+    return lines, len(shown)

@@ -56,6 +56,8 @@ from policies.stages.outputs import describe, failed
 from policies.stages.summary_state import summary_index
 from policies.view import Context, Offload, View
 
+# A command is named by its first characters in a note (and the ledger's line of its notes).
+_TARGET_CHARS = 120
 # Arguments of a read that name its file or sub-command, not the part of the file it shows.
 _NOT_SCOPE = frozenset({"command", "path", "file_path", "filepath", "absolute_path", "filename", "file"})
 
@@ -110,10 +112,11 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             if is_placeholder(text) or is_excerpt(text):
                 continue  # its handle already holds the text
             handle = new_handle(text)
-            note = superseded_text(handle, status, why, _what(output), _size(text))
+            note = superseded_text(handle, status, why, _target(output), _size(output, text))
             if len(note) >= len(text):
                 continue  # the note would be no shorter than what it stands for
-            view.offloads[handle] = Offload(handle, text, describe(output.action.tool, _what(output), text))
+            what = f"{_target(output)} {_part(output)}".strip()
+            view.offloads[handle] = Offload(handle, text, describe(output.action.tool, what, text))
             saved.append(handle)
             replaced[index] = {**view.messages[index], "content": note}
             placeholders[ctx.digests.at(source, view.original[source])] = replaced[index]
@@ -243,20 +246,32 @@ def _failed(view: View, index: int) -> bool:
     return failed(text)
 
 
-def _what(output: _Output) -> str:
-    """The file (with the part of it a read shows) or the command, on one line."""
+def _target(output: _Output) -> str:
+    """What the ledger groups notes by: the file a read shows, or the command (clipped)."""
+    target = output.key[1] if output.key is not None else output.action.tool
+    return target if len(target) <= _TARGET_CHARS else target[: _TARGET_CHARS - 3] + "..."
+
+
+def _part(output: _Output) -> str:
+    """The part of the file a read showed (its range arguments, or the shell command that
+    showed it), when not the whole file read by a tool; "" for a command's output."""
     action = output.action
-    if output.key is None:
-        return action.tool
-    kind, target = output.key
-    if kind == "run" or action.kind == SHELL:
-        return " ".join((action.command or target).split())
+    if output.key is None or output.key[0] == "run":
+        return ""
+    if action.kind == SHELL:
+        return f"via `{' '.join((action.command or '').split())[:_TARGET_CHARS]}`"
     scope = {k: v for k, v in action.args.items() if k not in _NOT_SCOPE}
-    return f"{target} {orjson.dumps(scope, option=orjson.OPT_SORT_KEYS).decode()}" if scope else target
+    return ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in sorted(scope.items()))
 
 
-def _size(text: str) -> str:
+def _size(output: _Output, text: str) -> str:
+    """The part of the file shown (if not all of it), lines, size, and the exit code reported."""
     lines = text.count("\n") + 1
     size = f"{len(text)} chars" if len(text) < 1000 else f"{len(text) / 1000:.1f} KB"
     code = exit_code(text)
-    return f"{lines} lines, {size}" + (f", exit {code}" if code is not None else "")
+    part = _part(output)
+    return (
+        (f"{part}, " if part else "")
+        + f"{lines} lines, {size}"
+        + (f", exit {code}" if code is not None else "")
+    )
