@@ -1,6 +1,8 @@
 """Hypothesis strategies for chat histories: turns, parallel tool calls, text-only agents,
 content as parts, retries, edits with large arguments (files created, replaced strings, patches,
-heredocs, as calls and as text actions), and an optional in-flight final exchange."""
+heredocs, as calls and as text actions), reads of the files they edit (an editor's view,
+``Read``, ``read_file``, ``cat`` and ``sed -n`` in a shell, as calls and as text actions) and
+commands run again, and an optional in-flight final exchange."""
 
 from __future__ import annotations
 
@@ -64,6 +66,25 @@ def edit_arguments(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return "execute_bash", {"command": f"cat > gen.py <<'EOF'\n{text}\nEOF\npython gen.py"}
 
 
+@st.composite
+def read_arguments(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """(tool, arguments) of a call that shows a file (of the paths the edits write), in one
+    agent's schema: what the superseded-reads stage looks for."""
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        arguments: dict[str, Any] = {"command": "view", "path": "/repo/a.py"}
+        if draw(st.booleans()):
+            arguments["view_range"] = [1, draw(st.integers(2, 40))]
+        return "str_replace_editor", arguments
+    if kind == 1:
+        return "Read", {"file_path": "/w/a.py"}
+    if kind == 2:
+        return "read_file", {"file_path": "/w/a.py", "offset": draw(st.integers(0, 20))}
+    if kind == 3:
+        return "execute_bash", {"command": "cat /repo/new.py"}
+    return "shell", {"command": ["bash", "-lc", "sed -n 1,40p /repo/a.py"]}
+
+
 def edit_function(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool, "arguments": json.dumps(arguments)}
 
@@ -86,19 +107,35 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": draw(content(80))})
         for _ in range(draw(st.integers(0, 12))):
             if text_agent:
-                action = draw(text_edit()) if draw(st.integers(0, 3)) == 0 else "```bash\nls\n```"
+                kind = draw(st.integers(0, 3))
+                action = (
+                    draw(text_edit())
+                    if kind == 0
+                    else "```bash\ncat /testbed/x.py\n```"
+                    if kind == 1
+                    else "```bash\nls\n```"
+                )
+                # A file's text comes back once the agent reads as one that acts in text (two
+                # actions): after one action the observation reads as the last user message of a
+                # chat, which a 2k window cannot keep verbatim beside a long text (the token
+                # safeguard cuts it to an excerpt, as it does a long last message of any chat).
+                acted = sum(1 for m in messages if m["role"] == "assistant") > 0
+                observation = draw(body()) if kind == 1 and acted else draw(content(600))
                 messages.append({"role": "assistant", "content": action})
-                messages.append({"role": "user", "content": draw(content(600))})
+                messages.append({"role": "user", "content": observation})
                 continue
             if draw(st.integers(0, 4)) == 0:
                 messages.append({"role": "assistant", "content": draw(text(40))})
                 continue
             ids = [f"call_{next(counter)}" for _ in range(draw(st.integers(1, 3)))]
+            kinds = [draw(st.integers(0, 3)) for _ in ids]
             functions = [
                 edit_function(*draw(edit_arguments()))
-                if draw(st.integers(0, 3)) == 0
+                if kind == 0
+                else edit_function(*draw(read_arguments()))
+                if kind == 1
                 else {"name": "execute_bash", "arguments": '{"command": "ls"}'}
-                for _ in ids
+                for kind in kinds
             ]
             messages.append(
                 {
@@ -110,9 +147,18 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
                     ],
                 }
             )
+            # A read shows a file's text, and so does a command now and then: long enough for a
+            # later read or run of it to take its place.
             results = [
-                {"role": "tool", "tool_call_id": i, "name": f["name"], "content": draw(content(600))}
-                for i, f in zip(ids, functions, strict=True)
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "name": f["name"],
+                    "content": draw(body())
+                    if kind == 1 or draw(st.integers(0, 3)) == 0
+                    else draw(content(600)),
+                }
+                for i, f, kind in zip(ids, functions, kinds, strict=True)
             ]
             messages.extend(draw(st.permutations(results)))
     if draw(st.booleans()) and not text_agent:

@@ -25,6 +25,7 @@ BUILT_IN = {
     "improved_offload",
     "improved_retry",
     "improved",
+    "improved_superseded",
 }
 
 
