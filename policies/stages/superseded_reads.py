@@ -47,7 +47,7 @@ import msgspec
 import orjson
 
 from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action
-from policies.conversation import Conversation, Message, Step, message_text, result_id, tool_call_ids
+from policies.conversation import Message, Step, message_text, parse, result_id, role, tool_call_ids
 from policies.facts import SupersededFact
 from policies.handles import is_excerpt, is_placeholder, new_handle, superseded_text
 from policies.message_actions import actions_of
@@ -86,17 +86,17 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("min_chars must be >= 0")
 
     async def apply(self, view: View, ctx: Context) -> View:
-        conversation = view.conversation()
-        producing = [s for s in conversation.steps if s.kind in ("exchange", "observation")]
+        steps, text_actions = _steps(view)
+        producing = [s for s in steps if s.kind in ("exchange", "observation")]
         if len(producing) < 2:
             return view
         protected_from = producing[-1].start
         summary = summary_index(view)
         after_summary = 0 if summary is None else summary + 1
-        first = max(after_summary, 0 if view.compacting else previous_tail(conversation, protected_from))
+        first = max(after_summary, 0 if view.compacting else previous_tail(steps, protected_from))
         if first >= protected_from:
             return view
-        decisions = self._decide(view, conversation, first, protected_from)
+        decisions = self._decide(view, steps, text_actions, first, protected_from)
         if not decisions:
             return view
         pinned = ctx.pins.pinned_steps(view.messages)
@@ -132,7 +132,7 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return view
 
     def _decide(
-        self, view: View, conversation: Conversation, first: int, protected_from: int
+        self, view: View, steps: Sequence[Step], text_actions: bool, first: int, protected_from: int
     ) -> list[tuple[int, _Output, tuple[str, str]]]:
         """The outputs in view ``[first, protected_from)`` a later step made obsolete: each
         one's index, its action and key, and its status and why. The steps are read newest
@@ -144,10 +144,10 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         edited_later: set[str] = set()
         ran_later: set[str] = set()
         found: list[tuple[int, _Output, tuple[str, str]]] = []
-        for step in reversed(conversation.steps):
+        for step in reversed(steps):
             if step.end <= first:
                 break
-            calls = step_calls(view.messages, step, conversation.text_actions)
+            calls = step_calls(view.messages, step, text_actions)
             if first <= step.start < protected_from:
                 for output in calls:
                     verdict = self._verdict(output, read_later, edited_later, ran_later)
@@ -179,13 +179,42 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return None
 
 
-def previous_tail(conversation: Conversation, newest: int) -> int:
+def previous_tail(steps: Sequence[Step], newest: int) -> int:
     """Where the previous request's tail starts: its newest step with output, or its newest
     assistant turn, before the newest step with output (at ``newest``). What comes before it is
     what the provider's prompt cache holds."""
     kinds = ("exchange", "observation", "assistant")
-    return next(
-        (s.start for s in reversed(conversation.steps) if s.start < newest and s.kind in kinds), newest
+    return next((s.start for s in reversed(steps) if s.start < newest and s.kind in kinds), newest)
+
+
+def _steps(view: View) -> tuple[Sequence[Step], bool]:
+    """The view's steps (those from the previous request's tail on suffice between points) and
+    whether the agent acts in text."""
+    if not view.compacting:
+        recent = recent_steps(view.messages)
+        if recent is not None:
+            return recent, False
+    conversation = view.conversation()
+    return conversation.steps, conversation.text_actions
+
+
+def recent_steps(messages: Sequence[Message]) -> tuple[Step, ...] | None:
+    """The steps from the previous request's tail on, found from the end: between points a
+    request is the previous one plus a step, and parsing the whole history for its last steps
+    would cost every request time in proportion to the session. In a conversation with tool
+    calls every step that acts starts at an assistant message (results follow their calls, no
+    message is an observation), so the newest exchange and the assistant message before it are
+    step starts, and the messages from there on parse to the same steps alone. None (parse the
+    whole history) without an exchange and an assistant message before it."""
+    newest = next((i for i in range(len(messages) - 1, -1, -1) if tool_call_ids(messages[i])), None)
+    if newest is None:
+        return None
+    tail = next((i for i in range(newest - 1, -1, -1) if role(messages[i]) == "assistant"), None)
+    if tail is None:
+        return None
+    return tuple(
+        Step(s.start + tail, s.end + tail, s.kind, s.call_ids, s.answered)
+        for s in parse(messages[tail:]).steps
     )
 
 

@@ -14,12 +14,13 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
-from policies.conversation import message_text, role
+from policies.conversation import message_text, parse, role
 from policies.handles import PATTERN, superseded_of
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome, build_policy
+from policies.stages.superseded_reads import recent_steps
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
-from tests.policies.conversations import conversation, tail_start
+from tests.policies.conversations import conversation, tail_start, with_instructions
 from tests.policies.test_policy_properties import check_view
 
 COUNTER = TokenCounter()
@@ -103,6 +104,20 @@ def test_request_by_request_the_protocol_holds_and_only_the_tail_changes_between
                     assert view[:final] == previous[:final], f"{where}: the prefix changed"
                     assert {"tail_offload", "superseded_reads"} & set(outcome.mechanisms), where
                 previous = view
+
+
+@SETTINGS
+@given(messages=with_instructions(conversation()))
+def test_the_steps_found_from_the_end_are_the_whole_parses_steps(messages: list[Any]) -> None:
+    """Between points the stage parses only the history from the previous request's tail on:
+    the same steps as the whole history's parse from there, at every request."""
+    for history in requests(messages):
+        recent = recent_steps(history)
+        if recent is None:
+            continue
+        whole = parse(history).steps
+        assert recent[0].start in {s.start for s in whole}
+        assert recent == tuple(s for s in whole if s.start >= recent[0].start)
 
 
 @SETTINGS
