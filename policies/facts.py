@@ -26,6 +26,8 @@ class TriggerFact(_Fact, frozen=True):
     read_room: int = 0
     # Why a request over the threshold did (or did not) compact in a thrashing session.
     limited: str | None = None
+    # The session came back after its prompt cache expired (the trigger's ``cold_high``).
+    cold: bool = False
 
 
 class SummaryFact(_Fact, frozen=True):
@@ -78,6 +80,10 @@ class SupersededFact(_Fact, frozen=True):
     reads: int
     commands: int
     handles: tuple[str, ...]
+    # Where the notes went: "tail" (the previous request's tail, as the cache allows), "point"
+    # (a compaction point), "cold" (the cache had expired), "paid" (a warm prefix rewritten
+    # because the tokens saved on the requests ahead pay for the cache it loses).
+    rewrite: str = "tail"
 
 
 class RetryCollapseFact(_Fact, frozen=True):

@@ -26,6 +26,7 @@ from policies.conversation import Message, parse
 from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.pins import Pins
+from policies.prompt_cache import PromptCache
 from policies.stages import STAGE_TYPES
 from policies.sticky import apply_checkpoint
 from policies.summarizer import Summarizer
@@ -108,13 +109,15 @@ class Policy:
         digests: Digests | None = None,
         injected_tokens: int = 0,
         prepare: bool = False,
+        cache: PromptCache | None = None,
     ) -> PolicyOutcome:
         """Compute the view of one chat request. Never raises on malformed messages: input
         problems are reported, and stages leave malformed parts as they are. ``force`` makes
         this request a compaction point whatever its size; ``prepare`` too, and its summarizing
         stage summarizes what a point would at this size even below its target (a dry run that
         prepares the next point's summary). ``injected_tokens``: what the proxy adds to a view
-        that names a saved output, kept free by the token safeguard."""
+        that names a saved output, kept free by the token safeguard. ``cache``: the provider's
+        prompt cache of the session's prefix (None: time-blind)."""
         counted = counter.count_request(body)
         messages = body.get("messages")
         checkpoint = checkpoint or Checkpoint()
@@ -129,6 +132,7 @@ class Policy:
             digests=digests or Digests(),
             injected_tokens=injected_tokens,
             preparing=prepare,
+            cache=cache,
         )
         view = _request_view(messages, checkpoint, counted, force=force or prepare)
         apply_checkpoint(view, ctx.digests)
@@ -137,6 +141,9 @@ class Policy:
             view = await stage.apply(view, ctx)
         if view.decided:
             view.checkpoint = _with_compaction_counted(view.checkpoint)
+        if ctx.cache is not None and ctx.cache.cold:
+            # Back after its cache expired: the provider writes the whole prefix anew.
+            view.checkpoint = replace(view.checkpoint, prefix_written_at=view.checkpoint.requests)
         after = view.tokens(ctx) if view.changed else counted.total
         if after > counted.total:
             # A summary can outweigh a short history: never send more than the client did.
@@ -165,6 +172,7 @@ class Policy:
         digests: Digests,
         injected_tokens: int,
         preparing: bool = False,
+        cache: PromptCache | None = None,
     ) -> Context:
         """What the stages share for one request (``traits``: what its stages tell every one)."""
         traits = self.traits
@@ -186,6 +194,7 @@ class Policy:
             edit_artifacts=traits.edit_artifacts,
             transcripts=traits.transcripts,
             preparing=preparing,
+            cache=cache,
         )
 
 

@@ -16,6 +16,7 @@ from policies.digests import Digests
 from policies.facts import StageFacts
 from policies.ledger import Ledger
 from policies.pins import Pins
+from policies.prompt_cache import PromptCache
 from policies.summarizer import Summarizer
 from policies.tokens import REPLY_PRIMING, TokenCounter
 
@@ -64,6 +65,10 @@ class Checkpoint:
     tight: bool = False
     # The session was told, once, that its fixed part leaves no read room (log line, metric).
     no_read_room_reported: bool = False
+    # The request number at which the provider last had to write this session's prefix anew
+    # (a compaction point, a session back after its cache expired, a rewrite that paid): the
+    # trigger does not throw that write away on the next request unless the window requires.
+    prefix_written_at: int = 0
 
     def with_requests(self, requests: int) -> Checkpoint:
         """This checkpoint with another request count: the change made on every request, so
@@ -122,6 +127,9 @@ class Context:
     # Tokens kept for the answer (the token safeguard's ``reserve_tokens``); the request's own
     # ``answer_tokens`` count instead when larger.
     reserve_tokens: int = 1024
+    # The provider's prompt cache of this session's prefix (``policies/prompt_cache.py``);
+    # None: the stages are time-blind.
+    cache: PromptCache | None = None
 
 
 def requested_answer_tokens(body: Mapping[str, Any]) -> int:

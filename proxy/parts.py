@@ -38,6 +38,7 @@ from proxy.route.large_requests import LargeRequests
 from proxy.route.steps import CompactingRoute
 from proxy.route.windows import WindowLearning
 from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, ConfiguredModels, LearnedWindows
+from proxy.state.prompt_clock import PromptClock
 from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
 from proxy.state.store_factory import make_store
@@ -205,6 +206,7 @@ def make_service(
         prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None),
         prepare_at=settings.summarizer.prepare_at,
         answered=answered,
+        clock=PromptClock(settings.prompt_cache, settings.sessions.max_sessions, shared=sessions.shared),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,6 +124,23 @@ class Prices(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ReplayConfigError("prices.models: a model pattern may not be empty")
 
 
+class IdleModel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Simulated time between a session's steps: ``step_seconds`` each (the agent's tool and
+    the model's answer), plus ``pause_seconds`` after a share ``pause_share`` of its steps (a
+    user reading, a CI wait), the steps chosen by a hash of the case and step, the same for
+    every arm. The proxy is told each step's time (``X-Compaction-Clock``)."""
+
+    step_seconds: float = 20.0
+    pause_share: float = 0.0
+    pause_seconds: float = 900.0
+
+    def __post_init__(self) -> None:
+        if self.step_seconds < 0 or self.pause_seconds < 0:
+            raise ReplayConfigError("cache.idle: seconds may not be negative")
+        if not 0 <= self.pause_share <= 1:
+            raise ReplayConfigError("cache.idle.pause_share: between 0 and 1")
+
+
 class CacheSimulation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The provider prompt cache simulated per (arm, case) session (``replay.session.cost``)."""
 
@@ -130,14 +148,20 @@ class CacheSimulation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # anthropic: up to cache_control breakpoints; none; auto: anthropic for the Messages door,
     # else openai.
     rule: Literal["auto", "openai", "anthropic", "none"] = "auto"
-    # A cached prefix lives for the next N requests of its session (the replay has no clock).
+    # A cached prefix lives for the next N requests of its session, and no longer than
+    # ttl_seconds of simulated time without use (the idle model below).
     horizon: int = 16
+    ttl_seconds: float = 300.0
     # anthropic: the client marks its last message (as Claude Code and the SDKs' agents do).
     client_breakpoint: bool = True
+    # The time between a session's requests (the recordings carry no timestamps).
+    idle: IdleModel = msgspec.field(default_factory=lambda: IdleModel())
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
             raise ReplayConfigError("cache.horizon: at least 1 request")
+        if self.ttl_seconds <= 0:
+            raise ReplayConfigError("cache.ttl_seconds: more than 0")
 
 
 class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -191,6 +215,19 @@ class ReplayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         doors = [door.dialect for door in REPLAY_DOORS]
         if self.dialect not in doors:
             raise ReplayConfigError(f"dialect: {self.dialect!r} is not a door; doors: {', '.join(doors)}")
+
+    def run_prices(self) -> tuple[str, str, ModelPrices]:
+        """The cache rule the run is billed by, the `prices` entry its rates come from, and
+        the rates: the first ``prices.models`` glob matching the model, else the rule's
+        provider. ("auto": Anthropic's explicit breakpoints for its door; every other
+        provider's cache, Gemini's implicit one too, is automatic prefix caching: OpenAI's.)"""
+        automatic = "anthropic" if self.provider == "anthropic" else "openai"
+        rule: str = automatic if self.cache.rule == "auto" else self.cache.rule
+        provider = "anthropic" if rule == "anthropic" else "openai"
+        for glob, prices in self.prices.models.items():
+            if fnmatchcase(self.model, glob):
+                return rule, f"models.{glob}", prices
+        return rule, provider, getattr(self.prices, provider)
 
     @property
     def provider(self) -> str:

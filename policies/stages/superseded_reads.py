@@ -38,21 +38,27 @@ When:
 
 from __future__ import annotations
 
-import posixpath
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 import msgspec
 import orjson
 
-from policies.actions import EDIT, PATCH, READ, SHELL, WRITE, Action
-from policies.conversation import Message, Step, message_text, parse, result_id, role, tool_call_ids
+from policies.actions import SHELL
+from policies.conversation import Step, message_text
 from policies.facts import SupersededFact
 from policies.handles import is_excerpt, is_placeholder, new_handle, superseded_text
-from policies.message_actions import actions_of
 from policies.shell_commands import exit_code
 from policies.stages.outputs import describe, failed
+from policies.stages.prefix_rewrite import Note, paying_notes, retargets
+from policies.stages.step_outputs import (
+    Output,
+    previous_tail,
+    recent_steps,
+    step_calls,
+    written_paths,
+)
 from policies.stages.summary_state import summary_index
 from policies.view import Context, Offload, View
 
@@ -60,16 +66,6 @@ from policies.view import Context, Offload, View
 _TARGET_CHARS = 120
 # Arguments of a read that name its file or sub-command, not the part of the file it shows.
 _NOT_SCOPE = frozenset({"command", "path", "file_path", "filepath", "absolute_path", "filename", "file"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Output:
-    """One action of a step: the view index of its output (None: not answered yet), the action,
-    and its key (``("read", path)`` or ``("run", command)``; None: neither)."""
-
-    index: int | None
-    action: Action
-    key: tuple[str, str] | None
 
 
 class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -81,9 +77,17 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # The newest read of a file too, once a later step edited the file.
     stale_newest: bool = False
 
+    # Between points, with the provider's prompt cache known: reach before the previous tail
+    # when the cache has expired, or when the rewrite pays (``prefix_rewrite.py``).
+    cache_aware: bool = True
+    # How many times over the tokens saved ahead must pay for the cache a rewrite loses.
+    payback: float = 2.0
+
     def __post_init__(self) -> None:
         if self.min_chars < 0:
             raise ValueError("min_chars must be >= 0")
+        if self.payback <= 0:
+            raise ValueError("payback must be > 0")
 
     async def apply(self, view: View, ctx: Context) -> View:
         steps, text_actions = _steps(view)
@@ -94,46 +98,97 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         summary = summary_index(view)
         after_summary = 0 if summary is None else summary + 1
         first = max(after_summary, 0 if view.compacting else previous_tail(steps, protected_from))
-        if first >= protected_from:
+        notes = []
+        if first < protected_from:
+            found = self._decide(view, steps, text_actions, first, protected_from)
+            notes = self._notes(view, ctx, found)
+        rewrite = "point" if view.compacting else "tail"
+        deeper = self._deeper(view, ctx, steps, text_actions, after_summary, first)
+        if deeper is not None:
+            notes, rewrite = [*deeper[0], *notes], deeper[1]
+        if not notes:
             return view
-        decisions = self._decide(view, steps, text_actions, first, protected_from)
-        if not decisions:
-            return view
+        self._replace(view, ctx, notes, rewrite)
+        return view
+
+    def _deeper(
+        self,
+        view: View,
+        ctx: Context,
+        recent: Sequence[Step],
+        text_actions: bool,
+        after_summary: int,
+        first: int,
+    ) -> tuple[list[Note], str] | None:
+        """Between points, with the provider's cache known: the notes before the previous tail
+        that go now, all of them when the cache has expired (the prefix is a miss anyway), else
+        those from the point on where the tokens saved on the requests ahead pay for the
+        cached tokens the rewrite loses (``prefix_rewrite.py``); None: none go."""
+        cache = ctx.cache
+        if view.compacting or not self.cache_aware or cache is None or first <= after_summary:
+            return None
+        if not cache.cold and not retargets(view.messages, recent, after_summary, first, text_actions):
+            return None
+        conversation = view.conversation()
+        found = self._decide(view, conversation.steps, conversation.text_actions, after_summary, first)
+        notes = self._notes(view, ctx, found)
+        if not notes:
+            return None
+        if cache.cold:
+            return notes, "cold"
+        chosen = paying_notes(view, ctx, notes, conversation.steps, after_summary, self.payback)
+        return (chosen, "paid") if chosen else None
+
+    def _notes(
+        self, view: View, ctx: Context, found: list[tuple[int, Output, tuple[str, str]]]
+    ) -> list[Note]:
+        """The note each obsolete output would become, but for those that stay: the client's
+        own messages only, not pinned, long enough, not already behind a handle, and only when
+        the note is shorter."""
         pinned = ctx.pins.pinned_steps(view.messages)
-        placeholders = dict(view.checkpoint.placeholders)
-        replaced = list(view.messages)
-        reads = runs = 0
-        saved: list[str] = []
-        for index, output, (status, why) in decisions:
-            source = view.origin[index]
+        notes = []
+        for index, output, (status, why) in found:
             text = message_text(view.messages[index])
-            if source < 0 or index in pinned or len(text) <= self.min_chars:
+            if view.origin[index] < 0 or index in pinned or len(text) <= self.min_chars:
                 continue
             if is_placeholder(text) or is_excerpt(text):
                 continue  # its handle already holds the text
             handle = new_handle(text)
             note = superseded_text(handle, status, why, _target(output), _size(output, text))
-            if len(note) >= len(text):
-                continue  # the note would be no shorter than what it stands for
+            if len(note) < len(text):
+                notes.append(Note(index, output, handle, note, text))
+        return notes
+
+    def _replace(self, view: View, ctx: Context, notes: list[Note], rewrite: str) -> None:
+        placeholders = dict(view.checkpoint.placeholders)
+        replaced = list(view.messages)
+        reads = runs = 0
+        for note in notes:
+            output, index = note.output, note.index
+            source = view.origin[index]
             what = f"{_target(output)} {_part(output)}".strip()
-            view.offloads[handle] = Offload(handle, text, describe(output.action.tool, what, text))
-            saved.append(handle)
-            replaced[index] = {**view.messages[index], "content": note}
+            view.offloads[note.handle] = Offload(
+                note.handle, note.text, describe(output.action.tool, what, note.text)
+            )
+            replaced[index] = {**view.messages[index], "content": note.note}
             placeholders[ctx.digests.at(source, view.original[source])] = replaced[index]
             reads += output.key is not None and output.key[0] == "read"
             runs += output.key is not None and output.key[0] == "run"
-        if not reads + runs:
-            return view
         view.replace_messages(replaced, self.name, origin=list(view.origin))
         view.remember_replacements(placeholders)
-        view.facts.superseded_reads = SupersededFact(reads=reads, commands=runs, handles=tuple(saved))
+        handles = tuple(n.handle for n in notes)
+        view.facts.superseded_reads = SupersededFact(
+            reads=reads, commands=runs, handles=handles, rewrite=rewrite
+        )
+        if rewrite in ("cold", "paid"):
+            # The provider writes the prefix anew from the first note: the trigger's grace.
+            view.checkpoint = replace(view.checkpoint, prefix_written_at=view.checkpoint.requests)
         # A decision at a compaction point is one of its decisions; between points it is not one.
         view.decided = view.decided or view.compacting
-        return view
 
     def _decide(
         self, view: View, steps: Sequence[Step], text_actions: bool, first: int, protected_from: int
-    ) -> list[tuple[int, _Output, tuple[str, str]]]:
+    ) -> list[tuple[int, Output, tuple[str, str]]]:
         """The outputs in view ``[first, protected_from)`` a later step made obsolete: each
         one's index, its action and key, and its status and why. The steps are read newest
         first, so each output is judged by what the steps after it did: files read (by a read
@@ -143,7 +198,7 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         read_later: set[str] = set()
         edited_later: set[str] = set()
         ran_later: set[str] = set()
-        found: list[tuple[int, _Output, tuple[str, str]]] = []
+        found: list[tuple[int, Output, tuple[str, str]]] = []
         for step in reversed(steps):
             if step.end <= first:
                 break
@@ -164,7 +219,7 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return found
 
     def _verdict(
-        self, output: _Output, read_later: set[str], edited_later: set[str], ran_later: set[str]
+        self, output: Output, read_later: set[str], edited_later: set[str], ran_later: set[str]
     ) -> tuple[str, str] | None:
         if output.key is None:
             return None
@@ -179,14 +234,6 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return None
 
 
-def previous_tail(steps: Sequence[Step], newest: int) -> int:
-    """Where the previous request's tail starts: its newest step with output, or its newest
-    assistant turn, before the newest step with output (at ``newest``). What comes before it is
-    what the provider's prompt cache holds."""
-    kinds = ("exchange", "observation", "assistant")
-    return next((s.start for s in reversed(steps) if s.start < newest and s.kind in kinds), newest)
-
-
 def _steps(view: View) -> tuple[Sequence[Step], bool]:
     """The view's steps (those from the previous request's tail on suffice between points) and
     whether the agent acts in text."""
@@ -198,75 +245,6 @@ def _steps(view: View) -> tuple[Sequence[Step], bool]:
     return conversation.steps, conversation.text_actions
 
 
-def recent_steps(messages: Sequence[Message]) -> tuple[Step, ...] | None:
-    """The steps from the previous request's tail on, found from the end: between points a
-    request is the previous one plus a step, and parsing the whole history for its last steps
-    would cost every request time in proportion to the session. In a conversation with tool
-    calls every step that acts starts at an assistant message (results follow their calls, no
-    message is an observation), so the newest exchange and the assistant message before it are
-    step starts, and the messages from there on parse to the same steps alone. None (parse the
-    whole history) without an exchange and an assistant message before it."""
-    newest = next((i for i in range(len(messages) - 1, -1, -1) if tool_call_ids(messages[i])), None)
-    if newest is None:
-        return None
-    tail = next((i for i in range(newest - 1, -1, -1) if role(messages[i]) == "assistant"), None)
-    if tail is None:
-        return None
-    return tuple(
-        Step(s.start + tail, s.end + tail, s.kind, s.call_ids, s.answered)
-        for s in parse(messages[tail:]).steps
-    )
-
-
-def step_calls(messages: Sequence[Message], step: Step, text_actions: bool) -> list[_Output]:
-    """Each action of a step (its tool calls, or the action of an agent that acts in text) with
-    the index of its output (None: not answered yet) and its key."""
-    if step.kind == "exchange":
-        assistant = messages[step.start]
-        answered = {result_id(messages[i]): i for i in range(step.start + 1, step.end)}
-        return [
-            _Output(answered.get(call_id), action, output_key(action))
-            for call_id, action in zip(_call_ids(assistant), actions_of(assistant), strict=False)
-        ]
-    if step.kind == "observation" and text_actions:
-        found = actions_of(messages[step.start])
-        return [_Output(step.end - 1, found[-1], output_key(found[-1]))] if found else []
-    return []
-
-
-def _call_ids(message: Message) -> list[str]:
-    """The id of each call of an assistant message, in order ("" for a malformed call), so they
-    pair with ``actions_of`` (one action per call)."""
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list) or not tool_call_ids(message):
-        return []
-    return [str(c.get("id")) if isinstance(c, dict) else "" for c in calls]
-
-
-def output_key(action: Action) -> tuple[str, str] | None:
-    """``("read", path)`` for an action that shows a file (a shell command that reads one and
-    writes none included), ``("run", command)`` for any other shell command, else None."""
-    if action.kind == READ and action.path:
-        return ("read", posixpath.normpath(action.path))
-    if action.kind == SHELL and action.path and not action.paths:
-        return ("read", posixpath.normpath(action.path))
-    if action.kind == SHELL and action.command and action.command.strip():
-        return ("run", " ".join(action.command.split()))
-    return None
-
-
-def written_paths(action: Action) -> Iterator[str]:
-    """The files an action writes: an edit's or a write's path, a patch's paths, the files a
-    shell command writes."""
-    if action.kind in (EDIT, WRITE) and action.path:
-        yield posixpath.normpath(action.path)
-    elif action.kind == PATCH:
-        for path in action.paths or ((action.path,) if action.path else ()):
-            yield posixpath.normpath(path)
-    elif action.kind == SHELL:
-        yield from (posixpath.normpath(p) for p in action.paths)
-
-
 def _failed(view: View, index: int) -> bool:
     """Whether the output at view ``index`` failed, read from the client's text (the view may
     already hold a placeholder for it)."""
@@ -275,13 +253,13 @@ def _failed(view: View, index: int) -> bool:
     return failed(text)
 
 
-def _target(output: _Output) -> str:
+def _target(output: Output) -> str:
     """What the ledger groups notes by: the file a read shows, or the command (clipped)."""
     target = output.key[1] if output.key is not None else output.action.tool
     return target if len(target) <= _TARGET_CHARS else target[: _TARGET_CHARS - 3] + "..."
 
 
-def _part(output: _Output) -> str:
+def _part(output: Output) -> str:
     """The part of the file a read showed (its range arguments, or the shell command that
     showed it), when not the whole file read by a tool; "" for a command's output."""
     action = output.action
@@ -293,7 +271,7 @@ def _part(output: _Output) -> str:
     return ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in sorted(scope.items()))
 
 
-def _size(output: _Output, text: str) -> str:
+def _size(output: Output, text: str) -> str:
     """The part of the file shown (if not all of it), lines, size, and the exit code reported."""
     lines = text.count("\n") + 1
     size = f"{len(text)} chars" if len(text) < 1000 else f"{len(text) / 1000:.1f} KB"

@@ -30,6 +30,7 @@ from proxy.config.merge import (
     builtin_models,
     merge_policies,
 )
+from proxy.config.prompt_cache import PromptCacheSettings
 from proxy.config.sections import (
     AnthropicSettings,
     CanarySettings,
@@ -106,6 +107,7 @@ class Settings(Section, frozen=True):
     logging: LoggingSettings = msgspec.field(default_factory=LoggingSettings)
     tracing: TracingSettings = msgspec.field(default_factory=TracingSettings)
     canary: CanarySettings = msgspec.field(default_factory=CanarySettings)
+    prompt_cache: PromptCacheSettings = msgspec.field(default_factory=PromptCacheSettings)
 
     def __post_init__(self) -> None:
         for name in self.policies:

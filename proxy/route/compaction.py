@@ -16,6 +16,7 @@ from typing import Any
 
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
+from policies.prompt_cache import PromptCache
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
 from proxy.dialects.agent_compaction import passes_as_sent
@@ -24,6 +25,7 @@ from proxy.route.known_bodies import KnownBodies
 from proxy.route.known_prefix import KnownPrefixes
 from proxy.route.large_requests import LargeRequests, LargeWorker
 from proxy.route.session_checkpoints import SessionCheckpoints
+from proxy.state.prompt_clock import PromptClock
 from proxy.state.session_index import Resolution
 from proxy.state.sessions import MemorySessions, root_session
 from proxy.state.store import Store
@@ -89,6 +91,7 @@ class CompactionService:
         prepared: PreparedSummaries | None = None,
         prepare_at: float | None = None,
         answered: AnsweredTenants | None = None,
+        clock: PromptClock | None = None,
     ) -> None:
         """``injected_tokens(encoding)``: what the proxy adds to a view that names a saved
         output (the read tool's schema), kept free by the token safeguard."""
@@ -111,6 +114,8 @@ class CompactionService:
         self.prepare_at = prepare_at or 1.0
         # The tenants the upstream has answered in this process (None: every tenant may prepare).
         self.answered = answered
+        # When each session's prefix last went upstream (None: every policy is time-blind).
+        self.clock = clock
 
     def may_prepare(self, tenant: str, model: Any) -> bool:
         """Whether work no client waits for may be spent on this tenant: always with its own
@@ -145,6 +150,7 @@ class CompactionService:
         client_origin: Origin | None = None,
         counter: TokenCounter | None = None,
         fallback: Fallback | None = None,
+        door: str = "chat",
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
@@ -176,7 +182,10 @@ class CompactionService:
         injected = self.injected_tokens(encoding)
 
         async def compute(
-            checkpoint: Checkpoint | None, summarizer: Any, prepare: bool = False
+            checkpoint: Checkpoint | None,
+            summarizer: Any,
+            prepare: bool = False,
+            cache: PromptCache | None = None,
         ) -> PolicyOutcome:
             return await effective.apply(
                 neutral,
@@ -187,6 +196,7 @@ class CompactionService:
                 digests=digests,
                 injected_tokens=injected,
                 prepare=prepare,
+                cache=cache,
             )
 
         async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:
@@ -204,7 +214,7 @@ class CompactionService:
         )
         paid = self._credential(headers, client_origin, fallback)
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, paid, dry_run
+            effective, headers, tenant, session, resolution, compacted, compute, paid, dry_run, door=door
         )
         self.known.keep(known_key, messages, adopted, encoding, counter, digests, compacted.outcome.messages)
         return compacted
@@ -292,7 +302,9 @@ class CompactionService:
             marked=inspected.marked,
         )
 
-        async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
+        async def compute(
+            checkpoint: Checkpoint | None, summarizer: Any, cache: PromptCache | None = None
+        ) -> PolicyOutcome:
             computed = await worker.apply(
                 policy=policy.name,
                 window=window,
@@ -301,12 +313,13 @@ class CompactionService:
                 session=session,
                 credential=credential,
                 skip=skip,
+                cache=cache,
             )
             outcome, compacted.view_body = computed.outcome()
             return outcome
 
         compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, credential
+            effective, headers, tenant, session, resolution, compacted, compute, credential, door=dialect
         )
         return compacted
 
@@ -318,9 +331,10 @@ class CompactionService:
         session: str,
         resolution: Resolution | None,
         compacted: Compacted,
-        compute: Callable[[Checkpoint | None, Any], Awaitable[PolicyOutcome]],
+        compute: Callable[..., Awaitable[PolicyOutcome]],
         credential: SummaryCredential,
         dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]] | None = None,
+        door: str = "chat",
     ) -> PolicyOutcome:
         """Run ``compute`` (the policy, here or in a worker process) under the session's lock,
         from its checkpoint; store what it offloaded and keep its next checkpoint.
@@ -344,7 +358,9 @@ class CompactionService:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
                 summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare)
-            outcome = await compute(checkpoint, summarizer)
+            # The cache as this request finds it (the previous request's time, then this one's).
+            cache = self.clock.observe(session, door, headers) if self.clock is not None else None
+            outcome = await compute(checkpoint, summarizer, cache=cache)
             if prepared is not None and dry_run is not None and may_prepare:
                 task = prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
                 if task is not None:

@@ -29,6 +29,7 @@ import msgspec
 from policies.pipeline import (
     Checkpoint,
 )
+from policies.prompt_cache import PromptCache
 from proxy.config.settings import Settings
 from proxy.dialects.doors import Target
 from proxy.route.large_worker import (
@@ -161,6 +162,7 @@ class LargeWorker:
         session: str,
         credential: SummaryCredential,
         skip: bool,
+        cache: PromptCache | None = None,
     ) -> Computed:
         loop = asyncio.get_running_loop()
         encoded = encode_checkpoint(checkpoint) if checkpoint is not None else None
@@ -175,4 +177,5 @@ class LargeWorker:
             session,
             credential,
             skip,
+            cache,
         )

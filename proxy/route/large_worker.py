@@ -24,6 +24,7 @@ from policies.pipeline import (
     build_policies,
     requested_answer_tokens,
 )
+from policies.prompt_cache import PromptCache
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from proxy.dialects import make_dialects
@@ -223,6 +224,7 @@ def apply_in_worker(
     session: str,
     credential: SummaryCredential,
     skip: bool,
+    cache: PromptCache | None = None,
 ) -> Computed:
     assert _worker is not None
     parsed = _worker.parsed(body_key)
@@ -239,6 +241,7 @@ def apply_in_worker(
             summarizer=summarizer,
             digests=_worker.digests,
             injected_tokens=injected_tokens,
+            cache=cache,
         )
     )
     view = None

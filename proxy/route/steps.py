@@ -313,6 +313,7 @@ class CompactingRoute:
                 client_origin=origin,
                 counter=draft.counter,
                 fallback=draft.provider.fallback,
+                door=draft.dialect.name,
             )
             compacted.stream, compacted.notes = parsed.stream, parsed.notes
         draft.compacted = compacted

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 from replay.config import ReplayConfig
@@ -26,11 +25,13 @@ class CostModel:
     client_breakpoint: bool
     rates: Rates
     prices_from: str  # the `prices` entry the rates come from
+    ttl_seconds: float = 300.0
 
     def describe(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
             "horizon_requests": self.horizon,
+            "ttl_seconds": self.ttl_seconds,
             "client_breakpoint": self.client_breakpoint if self.rule == "anthropic" else None,
             "prices_from": self.prices_from,
             "rates": {name: getattr(self.rates, name) for name in Rates.__slots__},
@@ -43,17 +44,7 @@ def cost_model(config: ReplayConfig) -> CostModel:
     # "auto": the cache rule of the provider the door's requests go to (Anthropic's explicit
     # breakpoints; every other provider's cache, Gemini's implicit one too, is automatic prefix
     # caching: OpenAI's rule).
-    automatic = "anthropic" if config.provider == "anthropic" else "openai"
-    rule: str = automatic if config.cache.rule == "auto" else config.cache.rule
-    provider = "anthropic" if rule == "anthropic" else "openai"
-    source, prices = next(
-        (
-            (f"models.{glob}", p)
-            for glob, p in config.prices.models.items()
-            if fnmatchcase(config.model, glob)
-        ),
-        (provider, getattr(config.prices, provider)),
-    )
+    rule, source, prices = config.run_prices()
     rates = Rates(
         cached_input=prices.cached_input,
         cache_write=prices.cache_write,
@@ -61,7 +52,9 @@ def cost_model(config: ReplayConfig) -> CostModel:
         summarizer_input=config.prices.summarizer_input,
         summarizer_output=config.prices.summarizer_output,
     )
-    return CostModel(rule, config.cache.horizon, config.cache.client_breakpoint, rates, source)
+    return CostModel(
+        rule, config.cache.horizon, config.cache.client_breakpoint, rates, source, config.cache.ttl_seconds
+    )
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -81,7 +74,7 @@ def arm_cost(
     tokens; answering (model arms) apart, for the cost per successful answer."""
     tallies = Tallies()
     for shapes in sessions:
-        tallies.add_session(shapes, model.rule, model.horizon, model.client_breakpoint)
+        tallies.add_session(shapes, model.rule, model.horizon, model.client_breakpoint, model.ttl_seconds)
     rates, trajectory, reads = model.rates, tallies.trajectory, tallies.read_rounds
     effective = (
         trajectory.effective(rates)

@@ -36,6 +36,7 @@ from replay.run.loading import Loaded
 from replay.run.parts import CasePart, WorkItem, part_path, write_part
 from replay.run.shards import Shard
 from replay.session.answers import AnswerRun, answer_question
+from replay.session.clock import CLOCK_HEADER, step_times
 from replay.session.doors import key_header, request, request_path
 from replay.session.proxy_process import ProxyProcess, replay_proxy_config
 from replay.session.reader import Reader
@@ -95,6 +96,8 @@ class Replayer:
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
             trust_env=False,
         )
+        # Each session's simulated time now (``replay.session.clock``).
+        self.clock: dict[str, float] = {}
         self.run_id = hashlib.blake2b(str(options.out.resolve()).encode(), digest_size=4).hexdigest()
 
     async def close(self) -> None:
@@ -120,12 +123,19 @@ class Replayer:
     async def send(
         self, arm: str, session: str, case: Case, messages: Sequence[Message], ticket: Ticket, mode: str
     ) -> tuple[httpx.Response, Ticket]:
+        # Every request of a session after its last step (questions, answers) comes at its time.
+        ticket.at = self.clock.get(session, 0.0)
         name = self.upstream.issue(ticket)
+        headers = {
+            **self.headers(arm, session, name, mode),
+            "content-type": "application/json",
+            CLOCK_HEADER: f"{ticket.at:.3f}",
+        }
         try:
             response = await self.http.post(
                 self.proxy_url + request_path(self.config.dialect, self.config.model),
                 content=self.body(case, messages),
-                headers={**self.headers(arm, session, name, mode), "content-type": "application/json"},
+                headers=headers,
             )
         finally:
             ticket = self.upstream.close_ticket(name)
@@ -137,7 +147,9 @@ class Replayer:
         session = f"replay-{self.run_id}-{arm}-{case.case_id}"
         previous: tuple[bytes, ...] | None = None
         tail = 0
-        for index in case.steps:
+        times = step_times(case.case_id, case.steps, self.config.cache.idle)
+        for index, at in zip(case.steps, times, strict=True):
+            self.clock[session] = at
             history = case.messages[:index]
             response, ticket = await self.send(
                 arm, session, case, history, Ticket(reply=case.messages[index]), self.config.mode
@@ -167,6 +179,7 @@ class Replayer:
         await self.record_events(part, session)
         await self.ask_questions(arm, case, session, part)
         part.requests = self.upstream.take_session(session)
+        self.clock.pop(session, None)
         part.seconds = round(time.perf_counter() - started, 3)
         return part
 

@@ -55,6 +55,7 @@ MIN_CACHED_TOKENS = 1024
 OPENAI_INCREMENT = 128
 ANTHROPIC_LOOKBACK = 20
 DEFAULT_HORIZON = 16
+DEFAULT_TTL = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class RequestShape:
     breakpoints: tuple[int, ...] = ()  # indices of blocks carrying ``cache_control``
     extra: int = 0  # prompt tokens in no block (the reply priming)
     output: int = 0  # output tokens (of an answering model; recorded steps: 0)
+    at: float = 0.0  # simulated seconds from the session's start (``replay.session.clock``)
 
     @property
     def prompt(self) -> int:
@@ -74,7 +76,7 @@ class RequestShape:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "ids": list(self.ids), "tokens": list(self.tokens)}
-        for name in ("breakpoints", "extra", "output"):
+        for name in ("breakpoints", "extra", "output", "at"):
             value = getattr(self, name)
             if value:
                 data[name] = list(value) if isinstance(value, tuple) else value
@@ -89,6 +91,7 @@ class RequestShape:
             breakpoints=tuple(int(b) for b in data.get("breakpoints") or ()),
             extra=int(data.get("extra") or 0),
             output=int(data.get("output") or 0),
+            at=float(data.get("at") or 0.0),
         )
 
 
@@ -107,10 +110,11 @@ class SessionLog:
         breakpoints: Iterable[int] = (),
         extra: int = 0,
         output: int = 0,
+        at: float = 0.0,
     ) -> RequestShape:
         ids = tuple(self._ids.setdefault(digest, len(self._ids)) for digest, _ in blocks)
         shape = RequestShape(
-            kind, ids, tuple(t for _, t in blocks), tuple(sorted(set(breakpoints))), extra, output
+            kind, ids, tuple(t for _, t in blocks), tuple(sorted(set(breakpoints))), extra, output, at
         )
         self.shapes.append(shape)
         return shape
@@ -137,23 +141,31 @@ def _common_blocks(a: Sequence[int], b: Sequence[int]) -> int:
     return count
 
 
-def _openai(shapes: Sequence[RequestShape], horizon: int) -> list[Billed]:
-    recent: deque[tuple[int, ...]] = deque(maxlen=horizon)
+def _openai(shapes: Sequence[RequestShape], horizon: int, ttl: float) -> list[Billed]:
+    recent: deque[tuple[tuple[int, ...], float]] = deque(maxlen=horizon)
     billed = []
     for shape in shapes:
-        common = max((_common_blocks(ids, shape.ids) for ids in recent), default=0)
+        live = (ids for ids, at in recent if shape.at - at <= ttl)
+        common = max((_common_blocks(ids, shape.ids) for ids in live), default=0)
         prefix = sum(shape.tokens[:common])
         cached = prefix // OPENAI_INCREMENT * OPENAI_INCREMENT if prefix >= MIN_CACHED_TOKENS else 0
         billed.append(Billed(shape.prompt, cached))
-        recent.append(shape.ids)
+        recent.append((shape.ids, shape.at))
     return billed
 
 
-def _anthropic(shapes: Sequence[RequestShape], horizon: int, client_breakpoint: bool) -> list[Billed]:
-    entries: dict[tuple[int, ...], int] = {}  # a cached prefix -> the request that last used it
+def _anthropic(
+    shapes: Sequence[RequestShape], horizon: int, client_breakpoint: bool, ttl: float
+) -> list[Billed]:
+    # A cached prefix -> the request that last used it, and when.
+    entries: dict[tuple[int, ...], tuple[int, float]] = {}
     billed = []
     for index, shape in enumerate(shapes):
-        entries = {key: used for key, used in entries.items() if index - used <= horizon}
+        entries = {
+            key: (used, at)
+            for key, (used, at) in entries.items()
+            if index - used <= horizon and shape.at - at <= ttl
+        }
         marks = set(shape.breakpoints)
         if client_breakpoint and shape.ids:
             marks.add(len(shape.ids) - 1)
@@ -166,12 +178,12 @@ def _anthropic(shapes: Sequence[RequestShape], horizon: int, client_breakpoint: 
                     break
         cached = totals[hit] if hit >= 0 else 0
         if hit >= 0:
-            entries[shape.ids[: hit + 1]] = index
+            entries[shape.ids[: hit + 1]] = (index, shape.at)
         cacheable = [mark for mark in marks if totals[mark] >= MIN_CACHED_TOKENS]
         last = max(cacheable, default=-1)
         written = totals[last] - cached if last > hit else 0
         for mark in cacheable:
-            entries[shape.ids[: mark + 1]] = index
+            entries[shape.ids[: mark + 1]] = (index, shape.at)
         billed.append(Billed(shape.prompt, cached, written))
     return billed
 
@@ -181,6 +193,7 @@ def simulate(
     rule: str,
     horizon: int = DEFAULT_HORIZON,
     client_breakpoint: bool = True,
+    ttl: float = DEFAULT_TTL,
 ) -> list[Billed | None]:
     """Each request of one session as billed under ``rule`` (None for question probes).
 
@@ -191,9 +204,9 @@ def simulate(
         raise ValueError(f"unknown cache rule {rule!r}")
     billable = [s for s in shapes if s.kind != "question"]
     if rule == "openai":
-        done = _openai(billable, horizon)
+        done = _openai(billable, horizon, ttl)
     elif rule == "anthropic":
-        done = _anthropic(billable, horizon, client_breakpoint)
+        done = _anthropic(billable, horizon, client_breakpoint, ttl)
     else:
         done = [Billed(s.prompt) for s in billable]
     results = iter(done)
@@ -244,9 +257,15 @@ class Tallies:
     read_rounds: Tally = field(default_factory=Tally)  # every read round (of either)
 
     def add_session(
-        self, shapes: Sequence[RequestShape], rule: str, horizon: int, client_breakpoint: bool
+        self,
+        shapes: Sequence[RequestShape],
+        rule: str,
+        horizon: int,
+        client_breakpoint: bool,
+        ttl: float = DEFAULT_TTL,
     ) -> None:
-        for shape, billed in zip(shapes, simulate(shapes, rule, horizon, client_breakpoint), strict=True):
+        billed_shapes = simulate(shapes, rule, horizon, client_breakpoint, ttl)
+        for shape, billed in zip(shapes, billed_shapes, strict=True):
             if billed is None:
                 continue
             group = self.trajectory if shape.kind in ("step", "step_read") else self.answering

@@ -46,6 +46,18 @@ def replay_proxy_config(
     data["store"] = {**data["store"], "path": None} if data["store"]["backend"] == "sqlite" else data["store"]
     data["events"] = {**data["events"], "jsonl_path": None, "record_skipped": config.mode == "shadow"}
     data["logging"] = {"level": "warning", "format": "json"}
+    # The replay's simulated time (its idle model) is the proxy's clock: each step says its time.
+    # The cache the proxy times by is the one the run is billed by: its lifetime and prices.
+    _, _, prices = config.run_prices()
+    door = {"anthropic": "anthropic", "gemini": "gemini", "code_assist": "gemini"}.get(
+        config.dialect, "openai"
+    )
+    provider = {
+        "ttl_seconds": config.cache.ttl_seconds,
+        "read_price": prices.cached_input,
+        "write_price": max(prices.cache_write, 1.0),
+    }
+    data["prompt_cache"] = {**data["prompt_cache"], "clock": "request", door: provider}
     if config.context_window is not None:
         data["context_windows"] = {"default": config.context_window}
     if config.summarizer_model is not None:

@@ -87,6 +87,8 @@ class Ticket:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model_seconds: float = 0.0
+    # The step's simulated time (``replay.session.clock``): when its requests reach the cache.
+    at: float = 0.0
 
 
 class RecordedUpstream:
@@ -218,10 +220,10 @@ class RecordedUpstream:
                 response = await self._forward(body, ticket, ticket.forward)
             if session:
                 output = ticket.completion_tokens - output
-                self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING, output)
+                self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING, output, ticket.at)
             return response
         if session:
-            self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING)
+            self._log(session).add(kind, blocks, breakpoints, REPLY_PRIMING, at=ticket.at)
         reads = None
         if ticket.reader is not None:
             reads = ticket.reader.answer(messages, names, view_text(messages))

@@ -48,7 +48,7 @@ def named_handles(view: list[Any]) -> set[str]:
 )
 @given(messages=conversation())
 def test_offloaded_edits_stay_protocol_valid_request_by_request(messages: list[Any]) -> None:
-    for name in ("improved", "improved_offload", "improved_superseded"):
+    for name in ("improved", "improved_offload", "improved_no_superseded"):
         for window in (2_048, 6_000):
             checkpoint: Checkpoint | None = None
             saved: set[str] = set()

@@ -22,6 +22,7 @@ _VALUES = {
     "recent_compactions": (4,),
     "short_of_target": True,
     "tight": True,
+    "prefix_written_at": 4,
     "no_read_room_reported": True,
 }
 

@@ -2,7 +2,7 @@
 carried: the tool-call protocol holds (a result stays, only its content changes), between
 points only the previous request's tail changes, every note names a handle saved with the
 output's own text, a note once sent is sent again byte for byte, and the same request gives the
-same view; as shipped (``improved_superseded``) and with ``stale_newest``."""
+same view; as shipped (``improved``) and with ``stale_newest``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from policies.conversation import message_text, parse, role
 from policies.handles import PATTERN, superseded_of
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome, build_policy
-from policies.stages.superseded_reads import recent_steps
+from policies.stages.step_outputs import recent_steps
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from tests.policies.conversations import conversation, tail_start, with_instructions
@@ -28,14 +28,14 @@ SPECS = policy_specs(Settings())
 
 
 def variant(name: str, min_chars: int, stale_newest: bool = False) -> Policy:
-    """``improved_superseded`` with other knobs of its superseded_reads stage."""
-    description, stages, safeguard, tools, patterns = SPECS["improved_superseded"]
+    """``improved`` with other knobs of its superseded_reads stage."""
+    description, stages, safeguard, tools, patterns = SPECS["improved"]
     knobs = {"min_chars": min_chars, "commands": True, "stale_newest": stale_newest}
     changed = [{"superseded_reads": knobs} if "superseded_reads" in s else s for s in stages]
     return build_policy(name, description, changed, safeguard, tools, patterns)
 
 
-POLICIES = (variant("improved_superseded", 300), variant("stale_newest", 300, stale_newest=True))
+POLICIES = (variant("improved", 300), variant("stale_newest", 300, stale_newest=True))
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )

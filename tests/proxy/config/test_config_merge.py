@@ -25,7 +25,7 @@ BUILT_IN = {
     "improved_offload",
     "improved_retry",
     "improved",
-    "improved_superseded",
+    "improved_no_superseded",
 }
 
 
@@ -63,6 +63,7 @@ def test_extends_overrides_a_few_knobs_and_removes_a_stage(tmp_path: Path) -> No
         "tail_offload",
         "trigger",
         "retry_collapse",
+        "superseded_reads",
         "offload",
         "summarize",
     ]
@@ -88,7 +89,7 @@ def test_extends_chains_and_a_built_in_name_can_extend_itself(tmp_path: Path) ->
         "  a:\n    extends: improved\n    overrides: {summarize: {target: 0.3}}\n"
         "  improved:\n    extends: improved\n    overrides: {summarize: {retained_tail: 0.1}}\n",
     )
-    assert stage(settings, "b", "trigger") == {"high": 0.7}
+    assert stage(settings, "b", "trigger") == {"high": 0.7, "cold_high": 0.6, "write_grace": 1}
     assert stage(settings, "b", "summarize")["target"] == 0.3
     # `improved` extends the built-in one; `a` extends the user's `improved`.
     assert stage(settings, "improved", "summarize")["retained_tail"] == 0.1
@@ -176,7 +177,7 @@ def test_check_config_lists_the_effective_policies_and_their_origin(
     listing = out[out.index("# effective policies") :].splitlines()
     assert listing[0] == "# effective policies (default: lean; per request: X-Compaction-Policy):"
     rows = {line.split()[1]: " ".join(line.split()[2:]) for line in listing[1:]}
-    assert rows["lean"] == "extends improved tail_offload, trigger, retry_collapse, offload, summarize"
+    assert rows["lean"] == "extends improved tail_offload, trigger, retry_collapse, superseded_reads, offload, summarize"
     assert rows["sre"] == "replaces the built-in n_latest"
     assert rows["mine"] == "yours no stages"
     assert rows["improved"].startswith("built-in tail_offload, trigger")
