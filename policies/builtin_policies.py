@@ -60,7 +60,7 @@ def builtin_policy_table() -> dict[str, dict[str, Any]]:
     # handle), a warm prefix rewritten only when it pays, every one when the cache has expired:
     # on the 68 sample trajectories at 128k, 22.5% fewer prompt tokens at equal survival
     # (policies/README.md has the tables).
-    superseded = {
+    superseded: dict[str, Any] = {
         "superseded_reads": {
             "min_chars": 300,
             "commands": True,
@@ -69,7 +69,8 @@ def builtin_policy_table() -> dict[str, dict[str, Any]]:
             "payback": 1.0,
         }
     }
-    every = [tail, timed_trigger, retry, superseded, offload, transcript_cut, {"verify_guidance": {}}]
+    guidance: dict[str, Any] = {"verify_guidance": {}}
+    every: list[dict[str, Any]] = [tail, timed_trigger, retry, superseded, offload, transcript_cut, guidance]
     policies["improved"] = _policy(
         "Every improvement: retry collapse, superseded and stale reads, offloading, step-aware cut "
         "with a retained tail, summary plus state ledger, transcripts of what each summary "

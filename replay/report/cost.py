@@ -24,6 +24,9 @@ def cost_cells(arm: dict[str, Any]) -> list[str]:
 
 def _rule(note: dict[str, Any]) -> str:
     horizon = note["horizon_requests"]
+    ttl = note.get("ttl_seconds")
+    # Runs before the simulated clock have no lifetime in their note.
+    horizon = f"{horizon} (used within {ttl:g} s of simulated time)" if ttl else horizon
     if note["rule"] == "openai":
         return (
             "the OpenAI rule: a request's longest common prefix (the tool schemas, then whole "

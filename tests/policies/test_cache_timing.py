@@ -27,7 +27,8 @@ def apply(policy: Policy, messages: list[Any], window: int = 128_000, **kwargs: 
 
 
 def big_file(path: str, lines: int = 400) -> str:
-    return "\n".join(f"{n + 1:6}\tvalue_{n} = compute({n})  # {path} and some more text" for n in range(lines))
+    rows = (f"{n + 1:6}\tvalue_{n} = compute({n})  # {path} and some more text" for n in range(lines))
+    return "\n".join(rows)
 
 
 def session(steps_after: int) -> list[Any]:
