@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from policies.conversation import message_text, parse, role
 from policies.handles import PATTERN, superseded_of
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome, build_policy
+from policies.prompt_cache import PromptCache
 from policies.stages.step_outputs import recent_steps
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
@@ -41,9 +42,15 @@ SETTINGS = settings(
 )
 
 
-def run(policy: Policy, messages: list[Any], window: int, checkpoint: Checkpoint | None) -> PolicyOutcome:
+def run(
+    policy: Policy,
+    messages: list[Any],
+    window: int,
+    checkpoint: Checkpoint | None,
+    cache: PromptCache | None = None,
+) -> PolicyOutcome:
     body = {"model": "gpt-4o", "messages": messages}
-    return asyncio.run(policy.apply(body, COUNTER, window=window, checkpoint=checkpoint))
+    return asyncio.run(policy.apply(body, COUNTER, window=window, checkpoint=checkpoint, cache=cache))
 
 
 def requests(messages: list[Any]) -> list[list[Any]]:
@@ -62,11 +69,15 @@ def check_results(history: list[Any], view: list[Any]) -> None:
             }
 
 
-def session(policy: Policy, messages: list[Any], window: int) -> Iterator[tuple[list[Any], PolicyOutcome]]:
-    """(view, outcome) of each request of the session, the checkpoint carried."""
+def session(
+    policy: Policy, messages: list[Any], window: int, timed: bool = False
+) -> Iterator[tuple[list[Any], PolicyOutcome]]:
+    """(view, outcome) of each request of the session, the checkpoint carried; ``timed``: the
+    provider's cache warm, and expired before every third request."""
     checkpoint: Checkpoint | None = None
-    for history in requests(messages):
-        outcome = run(policy, history, window, checkpoint)
+    for number, history in enumerate(requests(messages)):
+        cache = (COLD if number % 3 == 2 else WARM) if timed else None
+        outcome = run(policy, history, window, checkpoint, cache)
         yield (outcome.messages if outcome.messages is not None else history, outcome)
         checkpoint = outcome.checkpoint
 
@@ -104,6 +115,39 @@ def test_request_by_request_the_protocol_holds_and_only_the_tail_changes_between
                     assert view[:final] == previous[:final], f"{where}: the prefix changed"
                     assert {"tail_offload", "superseded_reads"} & set(outcome.mechanisms), where
                 previous = view
+
+
+WARM = PromptCache(idle_seconds=20.0, ttl_seconds=300.0, read_price=0.5, write_price=1.0)
+COLD = PromptCache(idle_seconds=900.0, ttl_seconds=300.0, read_price=0.5, write_price=1.0)
+
+
+@SETTINGS
+@given(messages=conversation())
+def test_timed_by_the_cache_the_protocol_holds_and_a_deeper_change_is_one_that_pays(
+    messages: list[Any],
+) -> None:
+    """With the cache known (warm, expired before every third request), every view is
+    protocol-valid, every note's handle holds its output, and between points the prefix before
+    the previous tail changes only by a rewrite the stage says paid or came after expiry."""
+    policy = POLICIES[0]
+    for window in (2_048, 6_000, 128_000):
+        saved: dict[str, str] = {}
+        previous: list[Any] | None = None
+        for history, (view, outcome) in zip(
+            requests(messages), session(policy, messages, window, True), strict=True
+        ):
+            where = f"timed {policy.name}@{window}, {len(history)} messages"
+            check_view(history, view)
+            check_results(history, view)
+            saved |= {h: o.content for h, o in outcome.offloads.items()}
+            named = set(PATTERN.findall(orjson.dumps(view).decode()))
+            assert named <= set(saved) | set(PATTERN.findall(orjson.dumps(history).decode())), where
+            if previous is not None and outcome.trigger is None and view[: len(previous)] != previous:
+                final = tail_start(previous)
+                if view[:final] != previous[:final]:
+                    fact = outcome.facts.superseded_reads
+                    assert fact is not None and fact.rewrite in ("paid", "cold"), where
+            previous = view
 
 
 @SETTINGS

@@ -12,6 +12,7 @@ import pytest
 
 from policies.conversation import parse, role
 from policies.pipeline import build_policies
+from policies.prompt_cache import PromptCache
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 from replay.recording.rows import iter_rows, row_messages, row_tools
@@ -91,3 +92,43 @@ def test_policy_over_every_trajectory(name: str, window: int) -> None:
         assert tail_changes["superseded_reads"] > 0
     if name == "full":
         assert after_total == before_total
+
+
+WARM = PromptCache(idle_seconds=20.0, ttl_seconds=300.0, read_price=0.5, write_price=1.0)
+COLD = PromptCache(idle_seconds=900.0, ttl_seconds=300.0, read_price=0.5, write_price=1.0)
+
+
+@pytest.mark.parametrize("window", [8_192, 32_000, 128_000])
+def test_improved_timed_by_the_cache_over_every_trajectory(window: int) -> None:
+    """``improved`` with the provider's cache known (warm, expired before every fifth request):
+    never a protocol violation nor more tokens than the request, and between points a change
+    before the previous view's tail is only a rewrite the stage says paid or came after expiry;
+    some do happen."""
+    policy = POLICIES["improved"]
+    deeper = {"paid": 0, "cold": 0}
+
+    async def replay() -> None:
+        for row in ROWS:
+            messages, tools = row_messages(row), row_tools(row)
+            checkpoint = None
+            previous: list[Any] | None = None
+            for number, history in enumerate(requests_of(messages)):
+                body = {"model": "gpt-4o", "messages": history, "tools": tools}
+                cache = COLD if number % 5 == 4 else WARM
+                outcome = await policy.apply(body, COUNTER, window=window, checkpoint=checkpoint, cache=cache)
+                checkpoint = outcome.checkpoint
+                view = outcome.messages if outcome.messages is not None else history
+                assert not parse(view).problems, row["instance_id"]
+                assert outcome.tokens_after <= outcome.tokens_before
+                if previous is not None and outcome.trigger is None:
+                    final = tail_start(previous)
+                    if view[:final] != previous[:final]:
+                        fact = outcome.facts.superseded_reads
+                        assert fact is not None and fact.rewrite in deeper, row["instance_id"]
+                        deeper[fact.rewrite] += 1
+                previous = view
+
+    asyncio.run(replay())
+    assert deeper["cold"] > 0
+    if window > 8_192:
+        assert deeper["paid"] > 0
