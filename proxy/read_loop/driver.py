@@ -27,6 +27,8 @@ from proxy.state.store import Store
 from proxy.telemetry.exchange import LoopResult
 from proxy.telemetry.tracing import RequestTrace, upstream_call
 from proxy.upstream.pool import Upstream, failure_kind, stream_failure, upstream_failure
+from proxy.upstream.relay import Held, Refused
+from proxy.upstream.window_words import REFUSAL_STATUSES
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import client_response_headers
 from proxy.wire.json_body import dump_json
@@ -110,8 +112,14 @@ class LoopDriver:
         request_id: str,
         trace: RequestTrace | None = None,
         encode: Callable[[dict[str, Any]], bytes] = dump_json,
+        refused: Refused | None = None,
     ) -> None:
         self.loop = loop
+        # Shown a refusal before anything reached the client (``upstream/relay.py``'s rule): when
+        # it takes the answer over (the route compacts again to the window it named), the answer
+        # is ``held`` instead of relayed.
+        self.refused = refused
+        self.held: Held | None = None
         self.encode = encode
         self.trace = trace
         self.dialect = loop.dialect
@@ -271,6 +279,11 @@ class LoopDriver:
         """A round answered with an error status: relayed if nothing was sent yet."""
         raw = await read_capped(response, self.loop.limits.max_response_bytes)
         self.result.status = response.status_code
+        status, refused = response.status_code, self.refused
+        taken = not self.writer.started and refused is not None and status in REFUSAL_STATUSES
+        if taken and refused is not None and refused(status, raw):
+            self.held = Held(status, list(response.headers.raw), raw)
+            return
         if not self.writer.started:
             await self.writer.respond(response.status_code, _round_headers(response, self.request_id), raw)
             return

@@ -22,6 +22,7 @@ from proxy.telemetry.exchange import Exchange, LoopResult
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import RequestTrace
 from proxy.upstream.pool import Upstream
+from proxy.upstream.relay import Held, Refused
 from proxy.wire.json_body import dump_json
 from proxy.wire.response_writer import ResponseWriter
 
@@ -113,8 +114,10 @@ class LoopRunner:
         headers: Headers,
         exchange: Exchange,
         writer: ResponseWriter,
-    ) -> None:
-        """The view names saved outputs: the read tool is offered and answered here."""
+        refused: Refused | None = None,
+    ) -> Held | None:
+        """The view names saved outputs: the read tool is offered and answered here. A refusal
+        ``refused`` takes over before the client got anything is returned held, unanswered."""
         driver = self.driver(
             dialect,
             plan,
@@ -125,11 +128,15 @@ class LoopRunner:
             request_id=exchange.request_id,
             trace=exchange.trace,
         )
+        driver.refused = refused
         mark = dialect.read_loop_start(plan.body)
         plan.body = {}  # the loop owns it now
         result = await driver.run()
         await dialect.read_loop_end(exchange.tenant, mark, driver.loop.body, result)
+        if driver.held is not None:
+            return driver.held
         self._record(exchange, writer, result)
+        return None
 
     def _record(self, exchange: Exchange, writer: ResponseWriter, result: LoopResult) -> None:
         exchange.responded = True

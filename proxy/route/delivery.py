@@ -41,10 +41,16 @@ async def deliver(
             capture=exchange.canary_capture,
         )
         plan, draft.loop = draft.loop, None
-        await loops.serve(
-            send, dialect, plan, url=draft.url, headers=headers, exchange=exchange, writer=writer
+        return await loops.serve(
+            send,
+            dialect,
+            plan,
+            url=draft.url,
+            headers=headers,
+            exchange=exchange,
+            writer=writer,
+            refused=refused,
         )
-        return None
     content, draft.content = draft.content, b""
     return await relay(
         upstream=upstream,

@@ -49,6 +49,7 @@ class Provider:
         self.flavor, self.metadata = flavor, metadata
         self.counter = TokenCounter()
         self.chats: list[tuple[int, int]] = []  # (prompt tokens, status)
+        self.bodies: list[dict[str, Any]] = []
         self.asked: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -60,6 +61,7 @@ class Provider:
                 return httpx.Response(200, json={"object": "list", "data": [entry]})
             return httpx.Response(404, json={"error": {"message": "Not Found"}})
         body = orjson.loads(request.content)
+        self.bodies.append(body)
         tokens = self.counter.count_request(body).total
         if tokens > WINDOW:
             self.chats.append((tokens, 400))
@@ -128,6 +130,19 @@ async def test_the_window_in_the_metadata_is_asked_once_and_used_before_any_refu
         assert (await post(app, long_request(steps))).status_code == 200
     assert provider.asked == ["GET /v1/models"]
     assert [status for _, status in provider.chats] == [200, 200, 200]
+
+
+async def test_a_refused_view_that_names_saved_outputs_is_compacted_again(tmp_path: Path) -> None:
+    """The first view already names a saved output (the newest `ls` made the one before it
+    obsolete), so it goes through the read loop: its refusal is acted on there too, before
+    anything reached the client."""
+    provider = Provider("openai")
+    app = make_app(tmp_path, provider)
+    response = await post(app, long_request(), **{"X-Session-Id": "s1"})
+    assert response.status_code == 200, response.text
+    first_tools = [t["function"]["name"] for t in provider.bodies[0].get("tools", [])]
+    assert "read_tool_output" in first_tools
+    assert [status for _, status in provider.chats] == [400, 200]
 
 
 async def test_a_learned_window_survives_a_restart_and_stays_with_its_upstream(tmp_path: Path) -> None:
