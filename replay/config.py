@@ -156,6 +156,9 @@ class CacheSimulation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     client_breakpoint: bool = True
     # The time between a session's requests (the recordings carry no timestamps).
     idle: IdleModel = msgspec.field(default_factory=lambda: IdleModel())
+    # false: the proxy is not told the time, so its policies are time-blind (no rewrite timed
+    # by the cache); the simulation still bills by it.
+    timed: bool = True
 
     def __post_init__(self) -> None:
         if self.horizon < 1:

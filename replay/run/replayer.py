@@ -126,11 +126,9 @@ class Replayer:
         # Every request of a session after its last step (questions, answers) comes at its time.
         ticket.at = self.clock.get(session, 0.0)
         name = self.upstream.issue(ticket)
-        headers = {
-            **self.headers(arm, session, name, mode),
-            "content-type": "application/json",
-            CLOCK_HEADER: f"{ticket.at:.3f}",
-        }
+        headers = {**self.headers(arm, session, name, mode), "content-type": "application/json"}
+        if self.config.cache.timed:
+            headers[CLOCK_HEADER] = f"{ticket.at:.3f}"
         try:
             response = await self.http.post(
                 self.proxy_url + request_path(self.config.dialect, self.config.model),
