@@ -145,11 +145,13 @@ class CompactionService:
         client_origin: Origin | None = None,
         counter: TokenCounter | None = None,
         fallback: Fallback | None = None,
+        force: bool = False,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
         is for that upstream only); ``fallback``: what that provider gets for a client that
-        sends no credential. ``counter``: the request's own (``for_request``)."""
+        sends no credential. ``counter``: the request's own (``for_request``); ``force``: a
+        compaction point whatever its size (a client asked for one: ``compact_answer.py``)."""
         counter = counter or self.counter
         encoding = counter.encoding_for(neutral.get("model"))
         if not counter.is_loaded(encoding):
@@ -187,6 +189,7 @@ class CompactionService:
                 digests=digests,
                 injected_tokens=injected,
                 prepare=prepare,
+                force=force,
             )
 
         async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:
