@@ -7,6 +7,7 @@ the store refused with a 400 that says why; ``compact.answer: relay`` relays as 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -84,6 +85,17 @@ def test_a_trigger_is_answered_with_exactly_one_compaction_item(
     assert final["response"]["output"] == done and final["response"]["usage"]["input_tokens"] > 0
     assert answered.headers["x-compaction-trigger"] == "forced"
     assert _metric(proxy, "trigger") == 1
+    # Recorded like any compaction point (events are written in batches: read until it is there).
+    events: list[dict[str, Any]] = []
+    for _ in range(100):
+        events = httpx.get(
+            proxy.base_url + "/compaction/events", headers={"authorization": f"Bearer {KEY}"}
+        ).json()["data"]
+        if events:
+            break
+        time.sleep(0.05)
+    assert events and events[-1]["trigger"] == "forced", events
+    assert events[-1]["dialect_notes"]["remote_compaction"]["answered"] == "trigger"
 
 
 def test_items_forged_foreign_or_unknown_are_refused(start_proxy: Any, upstream: FakeUpstream) -> None:
