@@ -33,6 +33,7 @@ from proxy.observe.otel_export import SpanExport
 from proxy.read_loop.commands import LoopLimits
 from proxy.read_loop.runner import LoopRunner
 from proxy.read_tool.tool import ReadLimits, tool_schema
+from proxy.route.compact_answer import CompactAnswers
 from proxy.route.compaction import CompactionService
 from proxy.route.large_requests import LargeRequests
 from proxy.route.steps import CompactingRoute
@@ -235,6 +236,13 @@ def make_route(
         read_max_lines=settings.read_tool.max_lines,
         canary=canary,
         learning=learning,
+        compact_answers=CompactAnswers(
+            answer=settings.compact.answers(settings.upstream.base_url),
+            service=service,
+            store=service.store,
+            metrics=loops.metrics,
+            secret=settings.compact.secret,
+        ),
     )
 
 

@@ -26,6 +26,7 @@ from proxy.config.settings import (
     ENV_ANTHROPIC_API_KEY,
     ENV_ANTHROPIC_URL,
     ENV_CODE_ASSIST_URL,
+    ENV_COMPACT_SECRET,
     ENV_CONFIG,
     ENV_GEMINI_API_KEY,
     ENV_GEMINI_URL,
@@ -47,6 +48,7 @@ SECRETS = (
     ("anthropic", "api_key"),
     ("gemini", "api_key"),
     ("server", "admin_token"),
+    ("compact", "secret"),
 )
 # What load_settings takes from the environment over the file.
 SETTING_VARIABLES = (
@@ -59,6 +61,7 @@ SETTING_VARIABLES = (
     ENV_CODE_ASSIST_URL,
     ENV_SUMMARIZER_API_KEY,
     ENV_ADMIN_TOKEN,
+    ENV_COMPACT_SECRET,
     ENV_HOST,
     ENV_PORT,
 )

@@ -355,3 +355,26 @@ class TracingSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     sample_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 1.0
     # Longest wait before finished spans are sent to the collector, in milliseconds.
     export_delay_ms: Annotated[int, msgspec.Meta(ge=1)] = 2000
+
+
+# Where OpenAI itself answers remote compaction: an upstream at this host runs it (``auto``).
+OPENAI_HOST = "api.openai.com"
+
+
+class CompactSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    # Remote compaction (`POST /v1/responses/compact`, and a Responses `input` ending with a
+    # `compaction_trigger` item, Codex's "remote compaction v2"): `proxy` answers it with the
+    # proxy's own compaction and one `compaction` item that stands for it; `relay` sends it
+    # upstream as it came (only OpenAI runs it); `auto`: relay when upstream.base_url's host is
+    # api.openai.com, else proxy.
+    answer: Literal["auto", "proxy", "relay"] = "auto"
+    # The key that signs the proxy's compaction items (HMAC-SHA256, with the client's tenant):
+    # null makes one at first use, kept in the store (replicas on one Redis share it).
+    secret: Annotated[str, msgspec.Meta(min_length=16)] | None = None
+
+    def answers(self, upstream_base_url: str) -> Literal["proxy", "relay"]:
+        """Who answers remote compaction for an upstream at ``upstream_base_url``."""
+        if self.answer != "auto":
+            return self.answer
+        host = (urlsplit(upstream_base_url).hostname or "").lower()
+        return "relay" if host == OPENAI_HOST else "proxy"

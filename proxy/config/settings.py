@@ -34,6 +34,7 @@ from proxy.config.prompt_cache import PromptCacheSettings
 from proxy.config.sections import (
     AnthropicSettings,
     CanarySettings,
+    CompactSettings,
     EventSettings,
     GeminiSettings,
     LoggingSettings,
@@ -62,6 +63,7 @@ ENV_GEMINI_API_KEY = "COMPACTION_PROXY_GEMINI_API_KEY"
 ENV_CODE_ASSIST_URL = "COMPACTION_PROXY_CODE_ASSIST_URL"
 ENV_SUMMARIZER_API_KEY = "COMPACTION_PROXY_SUMMARIZER_API_KEY"
 ENV_ADMIN_TOKEN = "COMPACTION_PROXY_ADMIN_TOKEN"  # noqa: S105 (a variable name)
+ENV_COMPACT_SECRET = "COMPACTION_PROXY_COMPACT_SECRET"  # noqa: S105 (a variable name)
 ENV_HOST = "COMPACTION_PROXY_HOST"
 ENV_PORT = "COMPACTION_PROXY_PORT"
 
@@ -108,6 +110,7 @@ class Settings(Section, frozen=True):
     tracing: TracingSettings = msgspec.field(default_factory=TracingSettings)
     canary: CanarySettings = msgspec.field(default_factory=CanarySettings)
     prompt_cache: PromptCacheSettings = msgspec.field(default_factory=PromptCacheSettings)
+    compact: CompactSettings = msgspec.field(default_factory=CompactSettings)
 
     def __post_init__(self) -> None:
         for name in self.policies:
@@ -187,6 +190,7 @@ def load_settings(
         (ENV_CODE_ASSIST_URL, "gemini.code_assist_url"),
         (ENV_ADMIN_TOKEN, "server.admin_token"),
         (ENV_SUMMARIZER_API_KEY, "summarizer.api_key"),
+        (ENV_COMPACT_SECRET, "compact.secret"),
     ):
         if env.get(variable):
             _set_path(data, dotted, env[variable])
@@ -254,6 +258,7 @@ _SECRETS = (
     ("gemini", "api_key"),
     ("summarizer", "api_key"),
     ("server", "admin_token"),
+    ("compact", "secret"),
 )
 
 

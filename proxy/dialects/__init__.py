@@ -12,16 +12,25 @@ from proxy.dialects.gemini import GeminiDialect
 from proxy.dialects.gemini_code_assist import CodeAssistDialect
 from proxy.dialects.gemini_count import GeminiCountDialect
 from proxy.dialects.hidden_rounds import HiddenRounds
-from proxy.dialects.responses import ResponsesDialect
+from proxy.dialects.responses import ResponsesCompactDialect, ResponsesDialect
 
 _SSE = (b"alt", b"sse")
 
-# Every other route, `/v1/responses/compact`, `GET /v1/responses/{id}`,
-# `/v1/messages/count_tokens`, a Gemini stream without `alt=sse` and every other Gemini and
-# Code Assist method (Code Assist's countTokens too) included, is relayed verbatim.
+# `/v1/responses/compact` is answered by the proxy or relayed as sent (`compact.answer`). Every
+# other route, `GET /v1/responses/{id}`, `/v1/messages/count_tokens`, a Gemini stream without
+# `alt=sse` and every other Gemini and Code Assist method (Code Assist's countTokens too)
+# included, is relayed verbatim.
 DOORS: tuple[Door, ...] = (
     Door(b"POST", b"/v1/chat/completions", "chat", "openai", "OpenAI Chat Completions"),
     Door(b"POST", b"/v1/responses", "responses", "openai", "OpenAI Responses"),
+    Door(
+        b"POST",
+        b"/v1/responses/compact",
+        "responses_compact",
+        "openai",
+        "OpenAI Responses compact (remote compaction)",
+        stream=False,
+    ),
     Door(b"POST", b"/v1/messages", "anthropic", "anthropic", "Anthropic Messages"),
     Door(
         b"POST",
@@ -73,6 +82,7 @@ def make_dialects(hidden: HiddenRounds | None = None) -> dict[str, Dialect]:
     return {
         "chat": ChatDialect(),
         "responses": ResponsesDialect(),
+        "responses_compact": ResponsesCompactDialect(),
         "anthropic": AnthropicDialect(hidden),
         "gemini": GeminiDialect(),
         "gemini_count": GeminiCountDialect(),

@@ -20,6 +20,7 @@ import orjson
 from policies.conversation import Message
 from policies.tokens import TokenCounter
 from proxy.dialects.doors import Target
+from proxy.dialects.responses_compaction import RemoteCompaction
 from proxy.wire.errors import ProxyError
 from proxy.wire.response_writer import ResponseWriter
 
@@ -99,6 +100,7 @@ class StreamCodec(Protocol):
 
 class Dialect(Protocol):
     name: str
+    remote_compaction: RemoteCompaction | None  # its requests may ask the proxy to compact
 
     def at(self, target: Target) -> Dialect:
         """This adapter for a request whose path says ``target`` (a Gemini door's model and
@@ -306,6 +308,7 @@ class BaseDialect:
     cached_input_ratio: ClassVar[float] = 0.5
     cache_write_ratio: ClassVar[float] = 1.0
     history_field: ClassVar[str] = "messages"
+    remote_compaction: RemoteCompaction | None = None  # the Responses API's own (compact item)
 
     def parse(self, body: Any, known: int = 0) -> Parsed:
         raise NotImplementedError

@@ -17,6 +17,7 @@ import orjson
 from policies.conversation import OPAQUE_ROLE, Message
 from policies.tokens import TokenCounter
 from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Parsed
+from proxy.dialects.responses_compaction import RemoteCompaction
 from proxy.dialects.responses_items import (
     CALLS,
     INSTRUCTIONS,
@@ -47,6 +48,7 @@ class ResponsesDialect(BaseDialect):
     tool_call_marker = b'"function_call"'
     max_tokens_key = "max_output_tokens"
     history_field = "input"
+    remote_compaction: RemoteCompaction | None = RemoteCompaction()
 
     def parse(self, body: Any, known: int = 0) -> Parsed:
         if not isinstance(body, dict):
@@ -199,6 +201,14 @@ class ResponsesDialect(BaseDialect):
         self, message: Message, model: Any, answer_id: str, usage: dict[str, Any] | None
     ) -> dict[str, Any]:
         return response_object(message, model, "resp_" + answer_id, usage)
+
+
+class ResponsesCompactDialect(ResponsesDialect):
+    """``POST /v1/responses/compact``: a Responses body whose every request asks for a
+    compaction (``route/compact_answer.py`` answers it, or relays it as sent)."""
+
+    name = "responses_compact"
+    remote_compaction: RemoteCompaction | None = RemoteCompaction(endpoint=True)
 
 
 def neutral_tools(tools: Sequence[Any]) -> list[Any]:

@@ -151,11 +151,13 @@ class CompactionService:
         counter: TokenCounter | None = None,
         fallback: Fallback | None = None,
         door: str = "chat",
+        force: bool = False,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
         is for that upstream only); ``fallback``: what that provider gets for a client that
-        sends no credential. ``counter``: the request's own (``for_request``)."""
+        sends no credential. ``counter``: the request's own (``for_request``); ``force``: a
+        compaction point whatever its size (a client asked for one: ``compact_answer.py``)."""
         counter = counter or self.counter
         encoding = counter.encoding_for(neutral.get("model"))
         if not counter.is_loaded(encoding):
@@ -181,12 +183,8 @@ class CompactionService:
         window = self.windows.window_for(neutral.get("model"))
         injected = self.injected_tokens(encoding)
 
-        async def compute(
-            checkpoint: Checkpoint | None,
-            summarizer: Any,
-            prepare: bool = False,
-            cache: PromptCache | None = None,
-        ) -> PolicyOutcome:
+        async def compute(checkpoint: Checkpoint | None, summarizer: Any, **options: Any) -> PolicyOutcome:
+            """``options``: ``prepare`` (a dry run), ``cache`` (the provider's prompt cache)."""
             return await effective.apply(
                 neutral,
                 counter,
@@ -195,8 +193,8 @@ class CompactionService:
                 summarizer=summarizer,
                 digests=digests,
                 injected_tokens=injected,
-                prepare=prepare,
-                cache=cache,
+                force=force,
+                **options,
             )
 
         async def dry_run(checkpoint: Checkpoint) -> SummaryRequest | None:

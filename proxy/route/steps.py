@@ -26,6 +26,7 @@ from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
 from proxy.dialects.base import Dialect
 from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.read_loop.runner import LoopPlan, LoopRunner
+from proxy.route.compact_answer import CompactAnswers, Taken
 from proxy.route.compaction import CompactionService, policy_reserve
 from proxy.route.delivery import deliver, deliver_held
 from proxy.route.draft import (
@@ -76,6 +77,7 @@ class CompactingRoute:
         read_max_lines: int,
         canary: CanaryArms | None = None,
         learning: WindowLearning | None = None,
+        compact_answers: CompactAnswers | None = None,
     ) -> None:
         self.dialects = dialects
         self.policies = policies
@@ -91,6 +93,7 @@ class CompactingRoute:
         self.read_max_lines = read_max_lines
         self.canary = canary
         self.learning = learning
+        self.compact_answers = compact_answers
         self._valid_policies = ", ".join(sorted(policies))
         self.steps: tuple[Step, ...] = (
             self.choose,
@@ -121,6 +124,14 @@ class CompactingRoute:
         return draft
 
     async def handle(self, send: Send, draft: Draft) -> None:
+        if self.compact_answers is not None:
+            # Remote compaction answered, or the proxy's compaction items put back (before any
+            # step reads the body: everything after sees, and sends, what they stand for).
+            taken = await self.compact_answers.take(send, draft, self.choose)
+            if taken is not Taken.GO_ON:
+                if taken is Taken.AS_SENT:
+                    await self._deliver(send, draft, again=False)
+                return
         # A request the upstream refuses as over the window is compacted again from the
         # client's bytes (``route/windows.py``): kept while they are what goes upstream anyway,
         # or while the model's window is a guess; otherwise only the view is held during the wait.

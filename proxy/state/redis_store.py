@@ -108,6 +108,12 @@ class RedisStore:
         return StoredOutput(handle=handle, content=data["content"], description=data["description"])
 
     @_guarded
+    async def secret(self, name: str, made: bytes) -> bytes:
+        key = f"cpx:secret:{name}"
+        await self.client.set(key, made, nx=True)  # never expires: items signed with it live on
+        return _as_bytes(await self.client.get(key))
+
+    @_guarded
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         raw = await self.client.get(f"cpx:cp:{session}")
         if raw is None:

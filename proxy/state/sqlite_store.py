@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS branches (
 CREATE TABLE IF NOT EXISTS checkpoint_states (
     tenant TEXT NOT NULL, digest TEXT NOT NULL, time REAL NOT NULL, data BLOB NOT NULL, UNIQUE(tenant, digest)
 );
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS checkpoint_states_by_time ON checkpoint_states (time);
 CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
 CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
@@ -172,6 +173,15 @@ class SQLiteStore:
             return StoredOutput(handle=handle, content=row[0], description=row[1])
 
         return await self._run(read)
+
+    async def secret(self, name: str, made: bytes) -> bytes:
+        def keep(db: sqlite3.Connection) -> bytes:
+            with transaction(db):
+                db.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", (name, made))
+                row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+            return bytes(row[0])
+
+        return await self._run(keep)
 
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         def read(db: sqlite3.Connection) -> bytes | None:

@@ -201,6 +201,13 @@ class Metrics:
             ("policy", "trigger"),
             registry=r,
         )
+        self.remote_compactions = Counter(
+            "compaction_proxy_remote_compactions",
+            "Remote compaction answered by the proxy (trigger, endpoint), its items put back in "
+            "later inputs (expanded), and items refused (refused: forged, another key's, unknown).",
+            ("result",),
+            registry=r,
+        )
         self.offloaded = Counter(
             "compaction_proxy_outputs_offloaded",
             "Tool outputs saved to the store and replaced by a handle.",

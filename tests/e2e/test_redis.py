@@ -57,6 +57,9 @@ async def test_redis_store_contract(redis_url: str) -> None:
         )
     assert [e["event_id"] for e in await store.events("t_a", session="s_0", since=100.0)] == ["e0", "e2"]
     assert await store.events("t_b") == []
+    # The first secret kept is every replica's (compaction items verify on any of them).
+    assert await store.secret("compaction_items", b"first") == b"first"
+    assert await store.secret("compaction_items", b"second") == b"first"
     await store.close()
 
 

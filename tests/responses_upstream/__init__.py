@@ -29,6 +29,11 @@ and asks again (a *read follow-up round*). A request without any function tool (
 compaction request: ``tools: []`` and a summary prompt) gets a plain summary message and does
 not advance the run.
 
+It is not OpenAI: it has no ``/v1/responses/compact`` (a 404, as every other route), answers a
+request whose ``input`` holds a ``compaction_trigger`` as any other (it does not know the item,
+so Codex's remote compaction v2 gets no ``compaction`` output item), and refuses an ``input``
+with a ``compaction`` item (400: it cannot read OpenAI's encrypted compaction).
+
 It fails the N-th read follow-up round on demand: an HTTP status (500, 429 with
 ``retry-after``), or a connection reset after some events of the answer's stream (before any
 byte for a non-streamed request). With ``read_preamble`` the read answer streams that text

@@ -28,7 +28,7 @@ class Seen:
     tokens: int  # input tokens, in the project's count
     budget: int  # tokens + max_output_tokens
     stream: bool
-    kind: str  # rejected, step, final, read, failed, stray, summary, invalid
+    kind: str  # rejected, step, final, read, failed, stray, summary, invalid, unknown_item
     step: int
     offered_read: bool
     read_follow_up: bool

@@ -233,6 +233,13 @@ class ScriptedReasoningModel(RequestRecords):
             body=body,
             headers=headers,
         )
+        if any(isinstance(i, dict) and i.get("type") == "compaction" for i in items):
+            # OpenAI's own compaction item: a provider that is not OpenAI cannot read one. (A
+            # `compaction_trigger` it does not know is dropped: the request is answered as usual,
+            # as the gateways of Codex's "got 0 compaction output items" reports do.)
+            seen.kind = "unknown_item"
+            message = "Invalid value: 'compaction'. This model does not support compaction items."
+            return seen, (400, invalid_request(message))
         if budget > self.window:
             seen.kind = "rejected"
             return seen, (400, context_length_error())

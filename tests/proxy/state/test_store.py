@@ -243,3 +243,17 @@ async def test_a_batch_of_outputs_or_events_is_one_sqlite_transaction(store: SQL
     assert len(await store.events("t", limit=10)) == 5
     assert (await store.get_output("t", "out_4")) is not None
     await store.close()
+
+
+async def test_the_first_secret_kept_is_every_processs(tmp_path: Path) -> None:
+    """Two stores on one file (two worker processes): whichever keeps a secret first, both
+    read that one, after a reopen too."""
+    first, second = SQLiteStore(tmp_path / "s.db"), SQLiteStore(tmp_path / "s.db")
+    assert await first.secret("compaction_items", b"one") == b"one"
+    assert await second.secret("compaction_items", b"two") == b"one"
+    assert await second.secret("other", b"two") == b"two"
+    await first.close()
+    await second.close()
+    reopened = SQLiteStore(tmp_path / "s.db")
+    assert await reopened.secret("compaction_items", b"three") == b"one"
+    await reopened.close()

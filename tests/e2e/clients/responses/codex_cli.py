@@ -69,14 +69,26 @@ class CodexRun:
     seconds: float
 
 
-def codex_config(base_url: str, *, context_window: int, auto_compact: int | None, retries: bool) -> str:
+def codex_config(
+    base_url: str,
+    *,
+    context_window: int,
+    auto_compact: int | None,
+    retries: bool,
+    remote_compaction: bool = False,
+) -> str:
     """Codex's ``config.toml``: a custom Responses provider at ``base_url``; nothing that reaches
     the network (no update check, analytics, plugin sync or apps: without these four settings
     Codex looks up github.com and chatgpt.com at start); Codex's own compaction at
     ``auto_compact`` tokens (None: never, for practical purposes); its retries off unless
-    ``retries`` (then its defaults)."""
+    ``retries`` (then its defaults). ``remote_compaction``: the provider declares remote
+    compaction v2 (``capabilities.remote_compaction = "v2"``): Codex compacts by asking it (a
+    ``compaction_trigger`` item) instead of with its own summary prompt."""
     compact = auto_compact if auto_compact is not None else 10 * context_window
     retry = "" if retries else "request_max_retries = 0\nstream_max_retries = 0\n"
+    if remote_compaction:
+        retry += '\n[model_providers.proxy.capabilities]\nremote_compaction = "v2"\n'
+
     return f"""model_provider = "proxy"
 model_context_window = {context_window}
 model_auto_compact_token_limit = {compact}
@@ -108,6 +120,7 @@ def codex_run(
     auto_compact: int | None = None,
     retries: bool = False,
     timeout: float = CODEX_TIMEOUT,
+    remote_compaction: bool = False,
 ) -> CodexRun:
     """``codex exec`` against ``base_url``, in a scratch directory, with its own ``CODEX_HOME``
     (``--strict-config``: a setting this version does not know is an error)."""
@@ -116,7 +129,13 @@ def codex_run(
     home.mkdir()
     work.mkdir()
     (home / "config.toml").write_text(
-        codex_config(base_url, context_window=context_window, auto_compact=auto_compact, retries=retries)
+        codex_config(
+            base_url,
+            context_window=context_window,
+            auto_compact=auto_compact,
+            retries=retries,
+            remote_compaction=remote_compaction,
+        )
     )
     last = tmp / "codex-last-message.txt"
     env = {
