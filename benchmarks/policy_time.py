@@ -26,6 +26,7 @@ import bodies
 
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, build_policies
+from policies.prompt_cache import PromptCache
 from policies.tokens import TokenCounter
 from proxy.config.settings import Settings, policy_specs
 
@@ -37,7 +38,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run_session(policy: Policy, session: list[dict[str, Any]], window: int) -> list[dict[str, Any]]:
+async def run_session(
+    policy: Policy, session: list[dict[str, Any]], window: int, cache: PromptCache | None = None
+) -> list[dict[str, Any]]:
     counter = TokenCounter()
     counter.warm_up()
     digests = Digests()
@@ -45,7 +48,10 @@ async def run_session(policy: Policy, session: list[dict[str, Any]], window: int
     rows = []
     for body in session:
         started = time.perf_counter()
-        outcome = await policy.apply(body, counter, window=window, checkpoint=checkpoint, digests=digests)
+        # The proxy's counter for one request (a memo of the messages it counted, by identity).
+        outcome = await policy.apply(
+            body, counter.for_request(), window=window, checkpoint=checkpoint, digests=digests, cache=cache
+        )
         elapsed = (time.perf_counter() - started) * 1000
         compacted = outcome.checkpoint.compactions > (checkpoint.compactions if checkpoint else 0)
         checkpoint = outcome.checkpoint
@@ -78,6 +84,11 @@ def main() -> int:
     parser.add_argument("--policies", default="full,improved,sre,n_latest_20")
     parser.add_argument("--window", type=int, default=128_000, help="context window given to the policies")
     parser.add_argument("--max-tokens", type=int, default=120_000)
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="the proxy's view of a warm prompt cache (gpt-4o prices): rewrites that pay run",
+    )
     args = parser.parse_args()
     policies = build_policies(policy_specs(Settings()))
     session = bodies.session_bodies(max_tokens=args.max_tokens)
@@ -87,7 +98,8 @@ def main() -> int:
     summary = []
     for name in args.policies.split(","):
         policy = policies[name]
-        rows = asyncio.run(run_session(policy, session, args.window))
+        cache = PromptCache(idle_seconds=20.0, ttl_seconds=300.0) if args.warm_cache else None
+        rows = asyncio.run(run_session(policy, session, args.window, cache))
         for low, high in BANDS:
             band = [r for r in rows if low <= r["before"] < high]
             if not band:

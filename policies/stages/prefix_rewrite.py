@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.conversation import Message, Step, role
+from policies.conversation import Message, Step, message_text, role, tool_call_ids
+from policies.handles import is_placeholder
 from policies.prompt_cache import rewrite_pays
 from policies.stages.step_outputs import Output, step_calls
 from policies.view import Context, View
@@ -61,19 +62,64 @@ def retargets(
 
 
 def _probes(messages: Sequence[Message], step: Step, text_actions: bool) -> list[str]:
-    found = []
-    for output in step_calls(messages, step, text_actions):
-        if output.key is None:
+    keys = (o.key for o in step_calls(messages, step, text_actions) if o.key is not None)
+    return [p for p in map(_probe, keys) if p is not None]
+
+
+def _probe(key: tuple[str, str]) -> str | None:
+    """The text an assistant message that names this file or command holds: the path, or a
+    command's longest plain word (its JSON escapes quotes and backslashes)."""
+    kind, target = key
+    if kind == "read":
+        probe = target
+    else:
+        words = [w for w in target.split() if '"' not in w and "\\" not in w]
+        probe = max(words, key=len) if words else ""
+    return probe if len(probe) >= _MIN_PROBE else None
+
+
+def retargeted_steps(
+    messages: Sequence[Message], recent: Sequence[Step], start: int, end: int
+) -> tuple[set[tuple[str, str]], list[Step]]:
+    """For a tool-calling conversation: the keys (files read, commands run) of the steps from
+    ``end`` on, and the exchanges in ``[start, end)`` whose calls' arguments name one of them
+    (an assistant message with calls and the results that follow it: no parse needed)."""
+    keys = {o.key for s in recent if s.start >= end for o in step_calls(messages, s, False) if o.key}
+    probes = tuple({p for p in map(_probe, keys) if p is not None})
+    steps: list[Step] = []
+    if not probes:
+        return keys, steps
+    for index in range(start, end):
+        calls = messages[index].get("tool_calls") if isinstance(messages[index], dict) else None
+        if not isinstance(calls, list) or not calls or not _names_any(calls, probes):
             continue
-        kind, target = output.key
-        if kind == "read":
-            found.append(target)
-        else:
-            # A command's JSON escapes its quotes: its longest plain word stands for it.
-            words = [w for w in target.split() if '"' not in w and "\\" not in w]
-            if words:
-                found.append(max(words, key=len))
-    return [p for p in found if len(p) >= _MIN_PROBE]
+        stop = index + 1
+        while stop < end and role(messages[stop]) == "tool":
+            stop += 1
+        # An exchange whose every result is behind a handle already has nothing left to note,
+        # and no edit (an edit's result is short, never offloaded) to tell a read stale.
+        if stop > index + 1 and not all(is_placeholder(message_text(m)) for m in messages[index + 1 : stop]):
+            steps.append(Step(index, stop, "exchange"))
+    return keys, steps
+
+
+def _names_any(calls: list[object], probes: tuple[str, ...]) -> bool:
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str) and any(p in arguments for p in probes):
+            return True
+    return False
+
+
+def producing_steps(steps: Sequence[Step], after_summary: int) -> int:
+    return sum(1 for s in steps if s.start >= after_summary and s.kind in ("exchange", "observation"))
+
+
+def exchanges_after(messages: Sequence[Message], start: int) -> int:
+    """The steps with output from ``start`` on in a tool-calling conversation: its assistant
+    messages with calls (the parse's exchanges, without parsing)."""
+    return sum(1 for m in messages[start:] if role(m) == "assistant" and tool_call_ids(m))
 
 
 def _acting_text(message: Message) -> str:
@@ -88,7 +134,7 @@ def _acting_text(message: Message) -> str:
 
 
 def paying_notes(
-    view: View, ctx: Context, notes: Sequence[Note], steps: Sequence[Step], after_summary: int, payback: float
+    view: View, ctx: Context, notes: Sequence[Note], producing: int, after_summary: int, payback: float
 ) -> list[Note]:
     """The notes from the starting point whose rewrite pays the most (``notes`` in view
     order), or none."""
@@ -97,7 +143,7 @@ def paying_notes(
         return []
     counts = ctx.counter.count_messages(view.messages, ctx.encoding)
     total = view.tokens(ctx)
-    ahead = requests_ahead(view, ctx, counts, steps, after_summary)
+    ahead = requests_ahead(view, counts, producing, after_summary)
     saved = [
         counts[n.index]
         - ctx.counter.count_message({**view.messages[n.index], "content": n.note}, ctx.encoding)
@@ -115,13 +161,10 @@ def paying_notes(
     return list(notes[best:]) if best >= 0 else []
 
 
-def requests_ahead(
-    view: View, ctx: Context, counts: Sequence[int], steps: Sequence[Step], after_summary: int
-) -> float:
+def requests_ahead(view: View, counts: Sequence[int], producing: int, after_summary: int) -> float:
     """The guess at how many later requests read the prefix before the next compaction point
-    rewrites it: the producing steps since the summary, at most the steps left before the
+    rewrites it: the ``producing`` steps since the summary, at most the steps left before the
     trigger's mark."""
-    producing = sum(1 for s in steps if s.start >= after_summary and s.kind in ("exchange", "observation"))
     trigger = view.facts.trigger
     if trigger is None or producing == 0:
         return float(producing)

@@ -51,7 +51,14 @@ from policies.facts import SupersededFact
 from policies.handles import is_excerpt, is_placeholder, new_handle, superseded_text
 from policies.shell_commands import exit_code
 from policies.stages.outputs import describe, failed
-from policies.stages.prefix_rewrite import Note, paying_notes, retargets
+from policies.stages.prefix_rewrite import (
+    Note,
+    exchanges_after,
+    paying_notes,
+    producing_steps,
+    retargeted_steps,
+    retargets,
+)
 from policies.stages.step_outputs import (
     Output,
     previous_tail,
@@ -127,16 +134,33 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         cache = ctx.cache
         if view.compacting or not self.cache_aware or cache is None or first <= after_summary:
             return None
-        if not cache.cold and not retargets(view.messages, recent, after_summary, first, text_actions):
-            return None
-        conversation = view.conversation()
-        found = self._decide(view, conversation.steps, conversation.text_actions, after_summary, first)
+        if cache.cold or text_actions:
+            if not cache.cold and not retargets(view.messages, recent, after_summary, first, text_actions):
+                return None
+            conversation = view.conversation()
+            found = self._decide(view, conversation.steps, conversation.text_actions, after_summary, first)
+            producing = producing_steps(conversation.steps, after_summary)
+        else:
+            # A warm prefix of a tool-calling agent: only the earlier steps that name what the
+            # newest steps re-read or re-ran are looked at (a full parse on every such request
+            # would cost each step a millisecond at 100k tokens), and only their outputs of
+            # those very files and commands go.
+            keys, earlier = retargeted_steps(view.messages, recent, after_summary, first)
+            if not earlier:
+                return None
+            later = [s for s in recent if s.start >= first]
+            found = [
+                f
+                for f in self._decide(view, [*earlier, *later], False, after_summary, first)
+                if f[1].key in keys
+            ]
+            producing = exchanges_after(view.messages, after_summary)
         notes = self._notes(view, ctx, found)
         if not notes:
             return None
         if cache.cold:
             return notes, "cold"
-        chosen = paying_notes(view, ctx, notes, conversation.steps, after_summary, self.payback)
+        chosen = paying_notes(view, ctx, notes, producing, after_summary, self.payback)
         return (chosen, "paid") if chosen else None
 
     def _notes(
@@ -145,6 +169,8 @@ class SupersededReads(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         """The note each obsolete output would become, but for those that stay: the client's
         own messages only, not pinned, long enough, not already behind a handle, and only when
         the note is shorter."""
+        if not found:
+            return []
         pinned = ctx.pins.pinned_steps(view.messages)
         notes = []
         for index, output, (status, why) in found:
