@@ -35,7 +35,7 @@ from proxy.dialects.base import Parsed
 from proxy.dialects.doors import MODEL
 
 # Doors that hold no conversation of their own: Gemini's countTokens answers with a count.
-_NOT_CONVERSATIONS = ("gemini_count",)
+_NOT_CONVERSATIONS = ("gemini_count", "responses_compact")
 # The doors a replay drives: per conversation dialect, the route that answers with one JSON
 # body (the body's ``stream`` unset, or a path that asks for no stream).
 REPLAY_DOORS = tuple(
