@@ -43,8 +43,9 @@ from proxy.state.store import Store
 from proxy.state.store_factory import make_store
 from proxy.state.token_factors import ScaledWindows, TokenFactors
 from proxy.summaries.answered import AnsweredTenants
-from proxy.summaries.prepared import make_prepared
+from proxy.summaries.prepared_setup import make_prepared
 from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.compaction_cost import CompactionCost, PreparationSpend
 from proxy.telemetry.events import EventSink, config_hash
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
@@ -108,8 +109,9 @@ class AppParts:
         large = LargeRequests(settings)
         # Whom the upstream answered: a keyless summarizer prepares only for them (answered.py).
         answered = AnsweredTenants()
+        spend = PreparationSpend(settings.sessions.max_sessions)  # for each session's next event
         service = make_service(
-            settings, counter, windows, store, sessions, metrics, summarizer, large, answered
+            settings, counter, windows, store, sessions, metrics, summarizer, large, answered, spend
         )
         policies = build_policies(policy_specs(settings))
         dialects = make_dialects(HiddenRounds(store, shared=shared))
@@ -136,8 +138,7 @@ class AppParts:
         span_export = make_span_export(settings.tracing, log)
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
-        observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log))
-        observers.append(answered)
+        observers += [CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log), answered]
         canary = settings.mode == "canary"
         judge = CanaryJudge(settings.canary, book, arms, metrics, events, log) if canary else None
         return cls(
@@ -155,7 +156,7 @@ class AppParts:
             shadow=shadow,
             events=events,
             route=route,
-            finishers=[TokenCalibration(factors, dialects)],
+            finishers=[TokenCalibration(factors, dialects), CompactionCost(spend)],
             observers=observers,
             span_export=span_export,
             canary_judge=judge,
@@ -186,6 +187,7 @@ def make_service(
     summarizer: OpenAISummarizer | None,
     large: LargeRequests,
     answered: AnsweredTenants | None = None,
+    spend: PreparationSpend | None = None,
 ) -> CompactionService:
     """The compaction service; prepared summaries shared through the store when other
     processes serve the same sessions."""
@@ -202,7 +204,7 @@ def make_service(
         max_sessions=settings.sessions.max_sessions,
         known_prefix_tokens=settings.sessions.known_prefix_tokens,
         injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
-        prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None),
+        prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None, spend),
         prepare_at=settings.summarizer.prepare_at,
         answered=answered,
     )

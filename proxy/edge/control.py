@@ -23,7 +23,7 @@ from proxy.state.sessions import credentials, explicit_session, tenant_of
 from proxy.state.sqlite_control import ControlPlaneBusy
 from proxy.state.store import Store
 from proxy.telemetry.metrics import CONTENT_TYPE, Metrics
-from proxy.telemetry.session_summary import PriceColumn, priced
+from proxy.telemetry.session_summary import PriceColumn, SummarizerPrices, priced
 from proxy.wire.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 
 SERVICE = "compaction-proxy"
@@ -93,6 +93,7 @@ def event_routes(
 ) -> list[HTTPRouteHandler]:
     """The compaction events API, the sessions list and the session page (tenant-scoped)."""
     prices = PriceColumn(settings.models)
+    own_prices = SummarizerPrices.of(settings.models, settings.summarizer.model)
     table = ContextWindows(settings.context_windows)
     page = (resources.files("proxy.edge") / "session_page.html").read_bytes()
 
@@ -131,14 +132,17 @@ def event_routes(
     ) -> Response[Any]:
         """The caller's recent sessions, newest first, as the store keeps them summed from their
         events (one row read a session, never the events themselves): model, door, requests,
-        tokens sent and sent upstream, compaction points, reads and the estimated savings (the
-        ``models`` table's ``input_price``), and the window the proxy now holds the model to
-        (``window_from``: ``provider`` when its upstream told it, else ``table``)."""
+        tokens sent and sent upstream, compaction points, reads, the compaction's own tokens (the
+        summarizer's, apart from the prompt) and cost (at the summarizer model's prices), the
+        estimated savings net of that cost (the prompt tokens saved at the ``models`` table's
+        ``input_price``, less the compaction's own cost), the canary arm, and the window the
+        proxy now holds the model to (``window_from``: ``provider`` when its upstream told it,
+        else ``table``)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
         try:
-            rows = priced(await store.sessions(scope, limit=max(1, min(limit, 500))), prices)
+            rows = priced(await store.sessions(scope, limit=max(1, min(limit, 500))), prices, own_prices)
         except ControlPlaneBusy:
             return _busy()
         told = learned() if learned is not None else {}

@@ -57,6 +57,7 @@ class Compacted:
     stream: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
     marked: bool = False  # a large body's lone surrogates stand as marks in its view
+    arm: str | None = None  # the canary arm, which its preparations' cost is counted under
 
 
 def policy_reserve(policy: Policy) -> int:
@@ -145,6 +146,7 @@ class CompactionService:
         client_origin: Origin | None = None,
         counter: TokenCounter | None = None,
         fallback: Fallback | None = None,
+        arm: str | None = None,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
@@ -201,6 +203,7 @@ class CompactionService:
             messages=len(messages),
             model=neutral.get("model"),
             skipped=skipped,
+            arm=arm,
         )
         paid = self._credential(headers, client_origin, fallback)
         compacted.outcome = await self._apply(
@@ -221,6 +224,7 @@ class CompactionService:
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
         fallback: Fallback | None = None,
         target: Target = BODY_SAYS,
+        arm: str | None = None,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for every phase:
         it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
@@ -237,6 +241,7 @@ class CompactionService:
                 headers,
                 self._credential(headers, client_origin, fallback),
                 restore,
+                arm,
             )
 
     async def _compact_in(
@@ -250,6 +255,7 @@ class CompactionService:
         headers: Headers,
         credential: SummaryCredential,
         restore: Callable[[list[Any]], Awaitable[Any]] | None,
+        arm: str | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
@@ -290,6 +296,7 @@ class CompactionService:
             stream=inspected.stream,
             notes=notes,
             marked=inspected.marked,
+            arm=arm,
         )
 
         async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
@@ -343,10 +350,12 @@ class CompactionService:
             if prepared is not None:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
-                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare)
+                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, compacted.arm)
             outcome = await compute(checkpoint, summarizer)
             if prepared is not None and dry_run is not None and may_prepare:
-                task = prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
+                task = prepared.after_request(
+                    tenant, session, outcome, model, dry_run, self.prepare_at, compacted.arm
+                )
                 if task is not None:
                     self.background.add(task)
                     task.add_done_callback(self.background.discard)

@@ -300,6 +300,7 @@ class CompactingRoute:
                     restore=restore_lookup(draft),
                     fallback=draft.provider.fallback,
                     target=draft.target,
+                    arm=draft.exchange.arm,
                 )
             except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -313,6 +314,7 @@ class CompactingRoute:
                 client_origin=origin,
                 counter=draft.counter,
                 fallback=draft.provider.fallback,
+                arm=draft.exchange.arm,
             )
             compacted.stream, compacted.notes = parsed.stream, parsed.notes
         draft.compacted = compacted

@@ -29,6 +29,9 @@ def event(i: int, session: str, **more: Any) -> dict[str, Any]:
         "trigger": "threshold" if i % 4 == 0 else None,
         "read_tool_output": {"reads": [{"handle": "h"}]} if i % 5 == 0 else None,
         "client_session": "run" if i > 3 else None,
+        # The compaction's own tokens, on some events (their sessions' totals sum them).
+        "compaction_cost": {"input_tokens": 100 * i, "output_tokens": i} if i % 3 == 0 else None,
+        "arm": "treated" if i % 2 else None,
         **more,
     }
 
@@ -52,6 +55,11 @@ async def test_the_kept_summaries_are_the_events_summed(tmp_path: Path) -> None:
     await add_all(store, "t_b", [event(99, "s_x:full")])
     kept = priced(await store.sessions("t_a", limit=5), PRICES)
     assert kept == summarize_sessions(events, PRICES, limit=5)
+    three = next(row for row in kept if row["session"] == "s_3:improved")
+    spent = [e for e in events if e["session"] == "s_3:improved" and e["compaction_cost"]]
+    assert spent
+    assert three["compaction_input_tokens"] == sum(e["compaction_cost"]["input_tokens"] for e in spent)
+    assert three["compaction_output_tokens"] == sum(e["compaction_cost"]["output_tokens"] for e in spent)
     assert [row["session"] for row in priced(await store.sessions(None, limit=2), PRICES)] == [
         "s_x:full",
         "s_3:improved",

@@ -1,0 +1,95 @@
+"""The compaction record carries the compaction's own cost: in the event (a request whose
+only news is its session's preparations' tokens gets a light one), and in the metrics by
+source and canary arm."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from policies.facts import StageFacts, SummaryFact
+from policies.pipeline import PolicyOutcome
+from proxy.observe.observers import CompactionRecord
+from proxy.telemetry.compaction_cost import CompactionCost, PreparationSpend
+from proxy.telemetry.exchange import Exchange
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.shadow import ShadowComparer
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: dict[str, Any], checkpoint: Any = None) -> None:
+        self.events.append(dict(event))
+
+
+def record(registry: CollectorRegistry, sink: Sink) -> CompactionRecord:
+    return CompactionRecord(
+        metrics=Metrics(registry),
+        events=sink,  # type: ignore[arg-type]
+        shadow=ShadowComparer(sample_rate=0.0, max_concurrent=1),
+        ask=None,  # type: ignore[arg-type]
+        decide=lambda dialect: None,  # type: ignore[arg-type,return-value]
+        policy_meta={},
+        record_skipped=False,
+    )
+
+
+def finished(spend: PreparationSpend, summary: SummaryFact | None, arm: str | None) -> Exchange:
+    exchange = Exchange(request_id="r", route="chat", method="POST", started=time.perf_counter())
+    exchange.session, exchange.tenant, exchange.policy, exchange.arm = "s_1:improved", "t_a", "improved", arm
+    exchange.status = 200
+    trigger = "threshold" if summary is not None else None
+    exchange.outcome = PolicyOutcome(None, 9000, 3000, facts=StageFacts(summary=summary), trigger=trigger)
+    CompactionCost(spend).finish(exchange)
+    exchange.seal()
+    return exchange
+
+
+def test_the_event_and_the_metrics_carry_the_point_and_the_preparations() -> None:
+    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
+    observer = record(registry, sink)
+    made = SummaryFact(model="small", prompt_family="hybrid", input_tokens=900, output_tokens=120)
+    spend.add("s_1:improved", 700, 70)  # a preparation finished before this point
+    observer.observe(finished(spend, made, "treated"))
+    (point,) = sink.events
+    assert point["compaction_cost"] == {
+        "input_tokens": 1600,
+        "output_tokens": 190,
+        "point": {"input_tokens": 900, "output_tokens": 120},
+        "preparation": {"input_tokens": 700, "output_tokens": 70},
+    }
+
+    def tokens(kind: str, source: str, arm: str) -> float | None:
+        labels = {"kind": kind, "source": source, "arm": arm}
+        return registry.get_sample_value("compaction_proxy_compaction_tokens_total", labels)
+
+    # The point's own here; a preparation's are counted when spent (prepared_setup.py).
+    assert (tokens("input", "point", "treated"), tokens("output", "point", "treated")) == (900, 120)
+    assert tokens("input", "preparation", "treated") is None
+
+
+def test_a_request_that_only_carries_preparations_gets_a_light_event() -> None:
+    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
+    observer = record(registry, sink)
+    observer.observe(finished(spend, None, None))
+    assert sink.events == []  # nothing done, nothing spent: no event (record_skipped is off)
+    spend.add("s_1:improved", 500, 40)
+    observer.observe(finished(spend, None, None))
+    (light,) = sink.events
+    assert light["trigger"] is None and light["details"] == {} and "checkpoint" not in light
+    assert light["compaction_cost"]["preparation"] == {"input_tokens": 500, "output_tokens": 40}
+    assert light["compaction_cost"]["point"] == {"input_tokens": 0, "output_tokens": 0}
+
+
+def test_a_point_with_a_prepared_summary_has_no_point_tokens_and_says_so() -> None:
+    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
+    used = SummaryFact(
+        model="small", prompt_family="hybrid", input_tokens=900, output_tokens=120, prepared="used"
+    )
+    record(registry, sink).observe(finished(spend, used, None))
+    (point,) = sink.events
+    assert point["compaction_cost"]["input_tokens"] == 0 and point["summary"]["input_tokens"] == 900

@@ -1,0 +1,58 @@
+"""The preparations' tokens are the compaction's own cost: counted by source and canary arm
+when spent (used or not), and kept under their session for its next request's event."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from policies.summarizer import SummaryRequest, SummaryResult
+from policies.tokens import TokenCounter
+from proxy.config.settings import load_settings
+from proxy.summaries.prepared import NeverWaiting
+from proxy.summaries.prepared_setup import make_prepared
+from proxy.telemetry.compaction_cost import PreparationSpend
+from proxy.telemetry.metrics import Metrics
+from tests.proxy.summaries.test_prepared import request
+
+
+class Paid:
+    """A summarizer that reports the tokens a model would bill."""
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return SummaryResult(
+            text="The agent ran pytest on src/parser.py.",
+            model="small",
+            prompt_family="hybrid_v2",
+            input_tokens=800,
+            output_tokens=90,
+        )
+
+
+async def test_a_preparation_is_paid_under_its_session_and_arm_used_or_not(tmp_path: Path) -> None:
+    settings = load_settings(
+        env={},
+        overrides={"state_dir": str(tmp_path), "summarizer.kind": "openai", "summarizer.prepare_at": 0.5},
+    )
+    registry = CollectorRegistry()
+    spend = PreparationSpend()
+    summaries = make_prepared(settings, TokenCounter(), Metrics(registry), None, spend)
+    assert summaries is not None
+    point = NeverWaiting(summaries, "t", "s_1:improved", Paid(), arm="treated")
+    await point.summarize(request(("a", "b")))  # nothing ready: this range is prepared
+    await summaries.queue.idle()
+    # Prepared again for a newer range (the first one never used): both are paid.
+    summaries.start("t", "s_1:improved", request(("a", "b", "c")), Paid(), "treated")
+    await summaries.queue.idle()
+
+    def tokens(kind: str, source: str, arm: str) -> float | None:
+        labels = {"kind": kind, "source": source, "arm": arm}
+        return registry.get_sample_value("compaction_proxy_compaction_tokens_total", labels)
+
+    assert tokens("input", "preparation", "treated") == 1600
+    assert tokens("output", "preparation", "treated") == 180
+    assert (
+        registry.get_sample_value("compaction_proxy_prepared_summary_tokens_total", {"kind": "input"}) == 1600
+    )
+    assert spend.take("s_1:improved") == (1600, 180) and spend.take("s_2:improved") == (0, 0)
