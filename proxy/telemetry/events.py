@@ -7,10 +7,10 @@ before and after; handles offloaded; the summary's hash and the summarizer's mod
 seconds and any fallback; the read_tool_output rounds with their usage), plus the session
 checkpoint that produced the view. The observer adds the compaction's own cost
 (``compaction_cost``: the summarizer's tokens of this point and of the session's preparations
-since its last event, apart from the prompt; ``proxy/telemetry/compaction_cost.py``). At a compaction point the event also holds the view itself
-(compressed); between points the checkpoint and the client's history (which the agent keeps,
-or a recorded trace) rebuild it with ``policies.sticky.apply_checkpoint``; the outputs its
-handles name are in the store.
+since its last event, apart from the prompt; ``proxy/telemetry/compaction_cost.py``). At a
+compaction point the event also holds the view itself (compressed); between points the
+checkpoint and the client's history (which the agent keeps, or a recorded trace) rebuild it
+with ``policies.sticky.apply_checkpoint``; the outputs its handles name are in the store.
 
 Events are written to the store (tenant-scoped) and, when configured, appended as JSON lines
 to a file. They never hold API keys; the summary text and placeholders in the checkpoint are
