@@ -171,7 +171,9 @@ class Replayer:
         return part
 
     async def record_events(self, part: CasePart, session: str) -> None:
-        """Compaction events and summarizer calls of the session, from the proxy's events."""
+        """Compaction events and summarizer calls of the session, from the proxy's events; the
+        summarizer's tokens are the compaction's own cost every event carries (its points' and
+        its preparations', used or not: ``proxy/telemetry/compaction_cost.py``)."""
         expected = sum(1 for t in part.triggers if t)
         events: list[dict[str, Any]] = []
         params: dict[str, str | int] = {"session": session, "limit": 1000}
@@ -192,6 +194,10 @@ class Replayer:
                 break
             await asyncio.sleep(0.05)
         for event in events:
+            own = event.get("compaction_cost")
+            if isinstance(own, dict):
+                part.summarizer_input_tokens += int(own.get("input_tokens") or 0)
+                part.summarizer_output_tokens += int(own.get("output_tokens") or 0)
             if event.get("trigger"):
                 part.compaction_events += 1
                 summary_hash = (event.get("summary") or {}).get("hash")
@@ -211,8 +217,6 @@ class Replayer:
                 part.summary_kinds.append(str(model))
                 if model != "ledger":
                     part.summarizer_model_calls += 1
-                    part.summarizer_input_tokens += int(summary.get("input_tokens") or 0)
-                    part.summarizer_output_tokens += int(summary.get("output_tokens") or 0)
 
     async def read_output(self, handle: str) -> str | None:
         stored = await self.store.get_output(self.tenant, handle)
