@@ -17,7 +17,7 @@ from proxy.canary.outcome import add_usage, outcome_kind, usage_objects
 from proxy.canary.store import CanaryBook
 from proxy.config.settings import Settings
 from proxy.dialects.base import Dialect, Usage
-from proxy.telemetry.compaction_cost import cost_tokens
+from proxy.telemetry.compaction_cost import Preparation, cost_tokens
 from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.session_summary import PriceColumn
@@ -142,6 +142,21 @@ class CanaryRecord:
             m.canary_outcomes.labels(arm, "final_answer" if ending == "final" else "tool_call").inc()
         m.canary_cost.labels(arm).inc(counted["cost"])
         task = asyncio.ensure_future(self._add(exchange.canary_key, arm, counted, ending))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    def preparation(self, preparation: Preparation) -> None:
+        """A summary prepared ahead for a canary session finished: its tokens are its arm's cost
+        (the compaction's own, at the summarizer's prices, in the unit of the requests' cost of
+        the model the session asked for), added to the session's figures as no request."""
+        whose = preparation.whose
+        if whose.arm is None or not whose.canary_key:
+            return
+        own_input, own_output = preparation.input_tokens, preparation.output_tokens
+        own = own_cost(own_input, own_output, self.prices.summarizer, self.prices.of(whose.model))
+        counted = {"compaction_input": own_input, "compaction_output": own_output, "compaction_cost": own}
+        self.metrics.canary_cost.labels(whose.arm).inc(own)
+        task = asyncio.ensure_future(self._add(whose.canary_key, whose.arm, {**counted, "cost": own}, None))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 

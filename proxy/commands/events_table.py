@@ -6,8 +6,8 @@ The table has one row per event with fixed column widths, so that rows printed l
 ``X-Session-Id`` where the event has one (bounded and without control characters, whatever the
 store holds), else the proxy's ``s_...`` id cut short; its policy suffix is the policy column.
 ``OWN TOKENS`` is the compaction's own cost (``proxy/telemetry/compaction_cost.py``): the
-summarizer's input/output tokens of the point and of the session's preparations since its last
-event, apart from the prompt.
+summarizer's input/output tokens of the point, apart from the prompt; a summary prepared ahead
+has a row of its own (``prepared`` where a request's trigger is), with its tokens.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def row(event: Mapping[str, Any]) -> list[str]:
         when,
         session_of(event),
         str(event.get("policy") or "-"),
-        str(event.get("trigger") or "-"),
+        # A preparation's own event (no request: no trigger, no tokens sent) says what it is.
+        str(event.get("trigger") or ("prepared" if event.get("kind") == "preparation" else "-")),
         f"{_count(event.get('tokens_before'))} -> {_count(event.get('tokens_after'))}",
         str(read_count),
         str(len(handles) if isinstance(handles, list) else 0),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -52,6 +52,7 @@ def control_routes(
     *,
     version: str = "0",
     learned: Callable[[], dict[str, int]] | None = None,
+    settle: Callable[[str], Awaitable[None]] | None = None,
 ) -> list[HTTPRouteHandler]:
     me = identity(settings, version)
 
@@ -85,13 +86,17 @@ def control_routes(
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store, learned)]
+    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store, learned, settle)]
 
 
 def event_routes(
-    settings: Settings, store: Store, learned: Callable[[], dict[str, int]] | None = None
+    settings: Settings,
+    store: Store,
+    learned: Callable[[], dict[str, int]] | None = None,
+    settle: Callable[[str], Awaitable[None]] | None = None,
 ) -> list[HTTPRouteHandler]:
-    """The compaction events API, the sessions list and the session page (tenant-scoped)."""
+    """The compaction events API, the sessions list and the session page (tenant-scoped);
+    ``settle(session)``: wait for the session's preparations in flight and their events."""
     prices = PriceColumn(settings.models)
     own_prices = SummarizerPrices.of(settings.models, settings.summarizer.model)
     table = ContextWindows(settings.context_windows)
@@ -108,7 +113,9 @@ def event_routes(
     ) -> Response[Any]:
         """Compaction events, oldest first. With an admin token configured it is required and
         sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
-        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
+        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``); with
+        ``x-compaction-prepared: wait``, its preparations in flight here and their events are
+        waited for first (bounded by the summarizer's timeout: a replay's read)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
@@ -116,6 +123,8 @@ def event_routes(
             if scope is None:
                 return _refused(400, "Pass the tenant with an X-Session-Id.", "invalid_request_error")
             session = explicit_session(scope, session)
+        if session and settle is not None and _header(request, b"x-compaction-prepared") == b"wait":
+            await settle(session)
         try:
             found = await store.events(
                 scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
@@ -160,6 +169,10 @@ def event_routes(
         return Response(page, media_type=MediaType.HTML, headers=_PAGE_HEADERS)
 
     return [compaction_events, compaction_sessions, session_page]
+
+
+def _header(request: Request[Any, Any, Any], name: bytes) -> bytes | None:
+    return next((v for k, v in request.scope["headers"] if k.lower() == name), None)
 
 
 def scope_of(

@@ -74,11 +74,10 @@ class CompactionRecord:
         outcome = exchange.outcome
         if outcome is None:
             return
-        # An agent's own compaction request is always recorded, even when sent as it came; so
-        # is one that carries its session's preparations' tokens (the session's cost).
+        # An agent's own compaction request is always recorded, even when sent as it came (a
+        # preparation's tokens are never a request's: it records its own event).
         agent_compaction = exchange.dialect_notes.get("agent_compaction")
-        spent = exchange.compaction_cost
-        if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction or spent):
+        if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction):
             return
         self._count(exchange, outcome)
         # A request the policy left alone gets a light record: no checkpoint, no details.
@@ -159,8 +158,8 @@ class CompactionRecord:
             event["client_session"] = client_session
         if exchange.arm is not None:
             event["arm"] = exchange.arm
-        # The summarizer's tokens of this point and of the session's preparations since its
-        # last event: the compaction's own cost, apart from the prompt.
+        # The summarizer's tokens of this point: the compaction's own cost, apart from the
+        # prompt (a preparation's are on its own event, compaction_cost.py).
         event["compaction_cost"] = exchange.compaction_cost or own_cost(NOTHING, NOTHING)
         if exchange.view_changed:
             event["view_changed"] = list(exchange.view_changed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.digests import Digests
@@ -32,6 +32,7 @@ from proxy.summaries.answered import AnsweredTenants
 from proxy.summaries.credentials import SummaryCredential
 from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.compaction_cost import PreparedFor
 from proxy.telemetry.metrics import Metrics
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
@@ -57,7 +58,8 @@ class Compacted:
     stream: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
     marked: bool = False  # a large body's lone surrogates stand as marks in its view
-    arm: str | None = None  # the canary arm, which its preparations' cost is counted under
+    # Whose its preparations are (its canary arm, policy, door...): for their own events.
+    whose: PreparedFor | None = None
 
 
 def policy_reserve(policy: Policy) -> int:
@@ -146,7 +148,7 @@ class CompactionService:
         client_origin: Origin | None = None,
         counter: TokenCounter | None = None,
         fallback: Fallback | None = None,
-        arm: str | None = None,
+        whose: PreparedFor | None = None,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
@@ -203,7 +205,7 @@ class CompactionService:
             messages=len(messages),
             model=neutral.get("model"),
             skipped=skipped,
-            arm=arm,
+            whose=whose,
         )
         paid = self._credential(headers, client_origin, fallback)
         compacted.outcome = await self._apply(
@@ -224,7 +226,7 @@ class CompactionService:
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
         fallback: Fallback | None = None,
         target: Target = BODY_SAYS,
-        arm: str | None = None,
+        whose: PreparedFor | None = None,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for every phase:
         it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
@@ -241,7 +243,7 @@ class CompactionService:
                 headers,
                 self._credential(headers, client_origin, fallback),
                 restore,
-                arm,
+                whose,
             )
 
     async def _compact_in(
@@ -255,7 +257,7 @@ class CompactionService:
         headers: Headers,
         credential: SummaryCredential,
         restore: Callable[[list[Any]], Awaitable[Any]] | None,
-        arm: str | None,
+        whose: PreparedFor | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
@@ -296,7 +298,7 @@ class CompactionService:
             stream=inspected.stream,
             notes=notes,
             marked=inspected.marked,
-            arm=arm,
+            whose=whose,
         )
 
         async def compute(checkpoint: Checkpoint | None, summarizer: Any) -> PolicyOutcome:
@@ -347,14 +349,15 @@ class CompactionService:
             # No credential of this client's may pay: nothing is prepared for it either.
             prepared = self.prepared if model is not None and model.payable else None
             may_prepare = self.may_prepare(tenant, model)
+            whose = replace(compacted.whose or PreparedFor(), model=compacted.model)
             if prepared is not None:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
-                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, compacted.arm)
+                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, whose)
             outcome = await compute(checkpoint, summarizer)
             if prepared is not None and dry_run is not None and may_prepare:
                 task = prepared.after_request(
-                    tenant, session, outcome, model, dry_run, self.prepare_at, compacted.arm
+                    tenant, session, outcome, model, dry_run, self.prepare_at, whose
                 )
                 if task is not None:
                     self.background.add(task)

@@ -45,6 +45,7 @@ from proxy.route.windows import WindowLearning
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
 from proxy.state.token_factors import ScaledWindows
+from proxy.telemetry.compaction_cost import PreparedFor
 from proxy.telemetry.exchange import Exchange, ShadowCompare
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
@@ -300,7 +301,7 @@ class CompactingRoute:
                     restore=restore_lookup(draft),
                     fallback=draft.provider.fallback,
                     target=draft.target,
-                    arm=draft.exchange.arm,
+                    whose=PreparedFor.of(draft.exchange),
                 )
             except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -314,7 +315,7 @@ class CompactingRoute:
                 client_origin=origin,
                 counter=draft.counter,
                 fallback=draft.provider.fallback,
-                arm=draft.exchange.arm,
+                whose=PreparedFor.of(draft.exchange),
             )
             compacted.stream, compacted.notes = parsed.stream, parsed.notes
         draft.compacted = compacted

@@ -174,7 +174,9 @@ class RedisStore:
         for model, tokens in one["saved_by_model"]:
             pipe.hincrby(key, _SAVED + (model if model is not None else _NO_MODEL), tokens)
         pipe.hsetnx(key, "first", one["first"])
-        latest = {name: one[name] for name in (*_LATEST, "last", "requests") if one[name] is not None}
+        # The request number is the newest request's: a preparation's own event has none.
+        names = (*_LATEST, "last", "requests") if one["events"] else (*_LATEST, "last")
+        latest = {name: one[name] for name in names if one[name] is not None}
         pipe.hset(key, mapping=latest)
         pipe.expire(key, self.keep)
         pipe.zadd(f"cpx:sl:{tenant}", {session: one["last"]})

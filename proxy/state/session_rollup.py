@@ -40,6 +40,9 @@ def rollup(session: str, event: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(own, Mapping)
         else (0, 0)
     )
+    # A preparation's own event (``kind``: proxy/telemetry/compaction_cost.py) is no request:
+    # only its compaction's own tokens (and the session's fields it names) count.
+    request = not event.get("kind")
     return {
         "session": session,
         "client_session": event.get("client_session"),
@@ -50,8 +53,8 @@ def rollup(session: str, event: Mapping[str, Any]) -> dict[str, Any]:
         "arm": event.get("arm"),
         "first": time,
         "last": time,
-        "events": 1,
-        "requests": max(1, int(event.get("request") or 0)),
+        "events": 1 if request else 0,
+        "requests": max(1, int(event.get("request") or 0)) if request else 0,
         "tokens_sent": sent,
         "tokens_upstream": upstream,
         "tokens_saved": sent - upstream,

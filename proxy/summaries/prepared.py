@@ -71,7 +71,7 @@ class PreparedSummaries:
         missed: Callable[[str], None] = lambda reason: None,
         depth: Callable[[int], None] = lambda queued: None,
         shared: PreparedStore | None = None,
-        spent: Callable[[str, str | None, int, int], None] = lambda session, arm, i, o: None,
+        spent: Callable[[str, str, Any, int, int], None] = lambda tenant, session, whose, i, o: None,
     ) -> None:
         """``concurrency``: preparations in flight in this process, all tenants; ``queue``: per
         tenant waiting for a slot (``prepare_queue.py`` has the rules); ``missed(reason)``: a
@@ -82,8 +82,9 @@ class PreparedSummaries:
         self.max_sessions = max_sessions
         self.counted = counted
         self.missed = missed
-        # The summarizer's tokens spent on preparations (used or not), by session and canary
-        # arm: the compaction's own cost (proxy/telemetry/compaction_cost.py).
+        # The summarizer's tokens spent on preparations (used or not), with the tenant, session
+        # and whose the preparation is (``whose``, as given to ``start``): the compaction's own
+        # cost, recorded at once (proxy/telemetry/compaction_cost.py).
         self.spent = spent
         # Other processes on the same store (replicas on Redis, workers): what one prepares,
         # whichever serves the session's next point takes.
@@ -118,15 +119,16 @@ class PreparedSummaries:
         session: str,
         request: SummaryRequest,
         summarizer: Summarizer,
-        arm: str | None = None,
+        whose: Any = None,
     ) -> None:
-        """Summarize ``request`` in the background for ``session`` (``arm``: its canary arm),
-        when its turn comes (a newer range of the session replaces the one waiting or running:
-        that one would be stale)."""
+        """Summarize ``request`` in the background for ``session`` (``whose``: what the request
+        that started it says of its session, handed back with the tokens spent), when its turn
+        comes (a newer range of the session replaces the one waiting or running: that one would
+        be stale)."""
         self._lost.pop(session, None)
 
         def run() -> Coroutine[Any, Any, None]:
-            return self._prepare(tenant, session, request, summarizer, arm)
+            return self._prepare(tenant, session, request, summarizer, whose)
 
         self.queue.submit(tenant, session, run)
 
@@ -144,7 +146,7 @@ class PreparedSummaries:
             self._lost.popitem(last=False)
 
     async def _prepare(
-        self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer, arm: str | None
+        self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer, whose: Any
     ) -> None:
         try:
             result = await asyncio.wait_for(summarizer.summarize(request), self.timeout)
@@ -152,7 +154,7 @@ class PreparedSummaries:
             self._lose(session, "failed")
             self.counted("failed")
             return
-        self.spent(session, arm, result.input_tokens, result.output_tokens)
+        self.spent(tenant, session, whose, result.input_tokens, result.output_tokens)
         if result.fallback_reason is not None or not result.text.strip():
             self._lose(session, "failed")
             self.counted("failed")
@@ -224,7 +226,7 @@ class PreparedSummaries:
         model: Summarizer,
         dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]],
         prepare_at: float,
-        arm: str | None = None,
+        whose: Any = None,
     ) -> asyncio.Task[None] | None:
         """Past the prepare mark, between compaction points: the next point's summary request
         (a dry run of the policy, in the background) goes to the summarizer."""
@@ -252,7 +254,7 @@ class PreparedSummaries:
             if request is None or not request.covered_digests or self.running(session):
                 return
             if await self._claim(tenant, session, request):
-                self.start(tenant, session, request, model, arm)
+                self.start(tenant, session, request, model, whose)
 
         task = asyncio.ensure_future(prepare())
         self._dry_runs[session] = task
@@ -301,6 +303,15 @@ class PreparedSummaries:
         if job is not None:
             await asyncio.wait({job.done}, timeout=self.timeout)
 
+    async def settle_all(self, session: str) -> None:
+        """``settle`` every session kept under ``session`` (the proxy's id: one per policy,
+        ``<session>:<policy>``), one after another: what the events API waits for when asked
+        (``x-compaction-prepared: wait``), so that a replay reads every preparation's event."""
+        prefix = session + ":"
+        names = {*self._dry_runs, *self.queue.sessions()}
+        for name in sorted(n for n in names if n == session or n.startswith(prefix)):
+            await self.settle(name)
+
     async def drain(self) -> None:
         await self.queue.drain()
 
@@ -317,12 +328,12 @@ class NeverWaiting:
         model: Summarizer,
         wait: bool = False,
         may_prepare: bool = True,
-        arm: str | None = None,
+        whose: Any = None,
     ) -> None:
         """``wait``: settle the session's preparation in flight first (the replay's header);
         ``may_prepare``: whether this point may prepare the next one (``answered.py``);
-        ``arm``: the session's canary arm, which its preparations' cost is counted under."""
-        self.arm = arm
+        ``whose``: what this request says of its session, for the preparations it starts."""
+        self.whose = whose
         self.wait = wait
         self.may_prepare = may_prepare
         self.summaries = summaries
@@ -346,7 +357,7 @@ class NeverWaiting:
         # A preparation running is kept (it covers a prefix of the next point's range); one
         # still waiting gives way to this point's range, newer and as cheap to make.
         if state != "running" and self.may_prepare:
-            self.summaries.start(self.tenant, self.session, request, self.model, self.arm)
+            self.summaries.start(self.tenant, self.session, request, self.model, self.whose)
         return SummaryResult(text="", model="ledger", prompt_family="ledger", prepared=why)
 
 

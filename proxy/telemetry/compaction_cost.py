@@ -7,57 +7,124 @@ Two sources, as Anthropic reports a compaction's cost apart from the prompt's:
 - **preparation**: summaries prepared ahead (``proxy/summaries/prepared.py``), used or not: each
   is paid whether a point takes it, drops it as stale, or the session ends first.
 
-A preparation finishes in the background, between requests; its tokens wait in
-``PreparationSpend`` under the session until the session's next request in this process takes
-them (``CompactionCost``, a finisher), and that request's event carries them. So every event's
-``compaction_cost`` is the point's own tokens plus the preparations' since the session's last
-event, and the events of a session add up to what its compaction cost. The metrics count a
-preparation's tokens when they are spent (``compaction_proxy_compaction_tokens``), so they also
-hold the preparations of a session that sent no request afterwards (its end, or a replica that
-served the rest).
+The rule: each spend is on exactly one event. A point's tokens are on its request's event
+(``CompactionCost``, a finisher). A preparation finishes in the background, between requests,
+perhaps after the session's last one or while another replica serves the session: so when it
+finishes (its summarizer answered, whatever came of it) it gets an event of its own, at once,
+in the process that paid for it (``preparation_event``: ``kind: "preparation"``, its tokens
+under ``compaction_cost.preparation``, no request, no trigger), and no request's event carries
+it. A request's event has no ``kind`` (the events of version 1 without one are requests'), so
+readers that count requests or compaction points leave a preparation's event out and readers
+that sum ``compaction_cost`` take it in: the events of a session add up to what its compaction
+cost, and the metrics (``compaction_proxy_compaction_tokens``, counted when spent) agree.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from policies.facts import SummaryFact
+from proxy.state.sessions import client_session_label
+from proxy.telemetry.events import SCHEMA_VERSION, new_event_id
 from proxy.telemetry.exchange import Exchange
 
 # Label of a request outside canary mode.
 NO_ARM = "none"
 # No tokens: (input, output).
 NOTHING = (0, 0)
+# The ``kind`` of a preparation's own event (a request's event has none).
+PREPARATION = "preparation"
 
 
 def arm_label(arm: str | None) -> str:
     return arm or NO_ARM
 
 
-class PreparationSpend:
-    """The summarizer's tokens spent preparing summaries ahead, per session, until a request of
-    the session takes them; bounded to the ``sessions`` most recently added (the oldest
-    dropped: the metrics still have them)."""
+@dataclass(frozen=True, slots=True)
+class PreparedFor:
+    """Whose a preparation is: what the request that started it says about its session, for
+    the preparation's own event (its tenant and session are the preparation's) and the canary
+    book (``canary_key``, ``arm``; ``model``: the unit of the arm's cost)."""
 
-    def __init__(self, sessions: int = 10_000) -> None:
-        self.sessions = sessions
-        self._spent: OrderedDict[str, tuple[int, int]] = OrderedDict()
+    arm: str | None = None
+    canary_key: str = ""
+    policy: str = ""
+    mode: str = ""
+    door: str = ""
+    client_session: bytes | None = None
+    model: object = None
 
-    def add(self, session: str, input_tokens: int, output_tokens: int) -> None:
-        if not (input_tokens or output_tokens):
-            return
-        old_input, old_output = self._spent.get(session, (0, 0))
-        self._spent[session] = (old_input + input_tokens, old_output + output_tokens)
-        self._spent.move_to_end(session)
-        while len(self._spent) > self.sessions:
-            self._spent.popitem(last=False)
+    @classmethod
+    def of(cls, exchange: Exchange) -> PreparedFor:
+        return cls(
+            arm=exchange.arm,
+            canary_key=exchange.canary_key,
+            policy=exchange.policy,
+            mode=exchange.mode,
+            door=exchange.route,
+            client_session=exchange.client_session,
+        )
 
-    def pending(self, session: str) -> bool:
-        return session in self._spent
 
-    def take(self, session: str) -> tuple[int, int]:
-        return self._spent.pop(session, (0, 0))
+@dataclass(frozen=True, slots=True)
+class Preparation:
+    """A preparation that finished: the summarizer's tokens it spent (used or not)."""
+
+    tenant: str
+    session: str
+    whose: PreparedFor
+    input_tokens: int
+    output_tokens: int
+
+
+class Preparations:
+    """Where a finished preparation goes, at once: each listener (its own event, the canary
+    book), added as the app is built. A listener that fails costs the others nothing."""
+
+    def __init__(self, log: Any = None) -> None:
+        self.listeners: list[Callable[[Preparation], None]] = []
+        self.log = log
+
+    def finished(self, preparation: Preparation) -> None:
+        if not (preparation.input_tokens or preparation.output_tokens):
+            return  # nothing spent (a failure before the summarizer answered): nothing to record
+        for listener in self.listeners:
+            try:
+                listener(preparation)
+            except Exception as exc:  # a lost record is logged, never a lost preparation
+                if self.log is not None:
+                    self.log.warning("preparation_record_failed", error=type(exc).__name__)
+
+
+def preparation_event(preparation: Preparation) -> dict[str, Any]:
+    """A preparation's own event: its session's (tenant, session, client's id, policy, mode,
+    door, arm, model, as the request that started it had them), its ``compaction_cost`` by
+    source, and none of a request's figures (no ``request``, ``trigger`` or tokens sent)."""
+    whose = preparation.whose
+    event: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": new_event_id(),
+        "time": time.time(),
+        "kind": PREPARATION,
+        "tenant": preparation.tenant,
+        "session": preparation.session,
+        "model": whose.model if isinstance(whose.model, str) else None,
+        "mode": whose.mode,
+        # The policy its session is kept under (the key's end), as its requests' events have it.
+        "policy": preparation.session.partition(":")[2] or whose.policy,
+        "dialect": whose.door,
+        "trigger": None,
+        "request": None,
+        "compaction_cost": own_cost(NOTHING, (preparation.input_tokens, preparation.output_tokens)),
+    }
+    if whose.client_session:
+        event["client_session"] = client_session_label(whose.client_session)
+    if whose.arm is not None:
+        event["arm"] = whose.arm
+    return event
 
 
 def point_tokens(summary: SummaryFact | None) -> tuple[int, int]:
@@ -100,16 +167,12 @@ def priced_usd(
 
 
 class CompactionCost:
-    """A finisher: the request's ``compaction_cost`` (the point's own tokens and the
-    preparations the session spent since its last request here), for the event, the canary
-    book and the metrics to read once the record is sealed."""
-
-    def __init__(self, spend: PreparationSpend | None) -> None:
-        self.spend = spend
+    """A finisher: the request's ``compaction_cost`` (the summarizer's tokens its point spent),
+    for the event, the canary book and the metrics to read once the record is sealed. A
+    preparation's tokens are never here: they are on its own event (``preparation_event``)."""
 
     def finish(self, exchange: Exchange) -> None:
         outcome = exchange.outcome
         point = point_tokens(outcome.facts.summary) if outcome is not None else NOTHING
-        taken = self.spend.take(exchange.session) if self.spend is not None and exchange.session else NOTHING
-        if point != NOTHING or taken != NOTHING:
-            exchange.compaction_cost = own_cost(point, taken)
+        if point != NOTHING:
+            exchange.compaction_cost = own_cost(point, NOTHING)

@@ -1,6 +1,6 @@
-"""The compaction record carries the compaction's own cost: in the event (a request whose
-only news is its session's preparations' tokens gets a light one), and in the metrics by
-source and canary arm."""
+"""The compaction record carries the compaction's own cost of a point: in the event, and in
+the metrics by source and canary arm; a preparation's tokens are never a request's (its own
+event carries them, tests/proxy/telemetry/test_compaction_cost.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from policies.facts import StageFacts, SummaryFact
 from policies.pipeline import PolicyOutcome
 from proxy.observe.observers import CompactionRecord
-from proxy.telemetry.compaction_cost import CompactionCost, PreparationSpend
+from proxy.telemetry.compaction_cost import CompactionCost
 from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
@@ -38,30 +38,30 @@ def record(registry: CollectorRegistry, sink: Sink) -> CompactionRecord:
     )
 
 
-def finished(spend: PreparationSpend, summary: SummaryFact | None, arm: str | None) -> Exchange:
+def finished(summary: SummaryFact | None, arm: str | None) -> Exchange:
     exchange = Exchange(request_id="r", route="chat", method="POST", started=time.perf_counter())
     exchange.session, exchange.tenant, exchange.policy, exchange.arm = "s_1:improved", "t_a", "improved", arm
     exchange.status = 200
     trigger = "threshold" if summary is not None else None
     exchange.outcome = PolicyOutcome(None, 9000, 3000, facts=StageFacts(summary=summary), trigger=trigger)
-    CompactionCost(spend).finish(exchange)
+    CompactionCost().finish(exchange)
     exchange.seal()
     return exchange
 
 
-def test_the_event_and_the_metrics_carry_the_point_and_the_preparations() -> None:
-    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
+def test_the_event_and_the_metrics_carry_the_point() -> None:
+    registry, sink = CollectorRegistry(), Sink()
     observer = record(registry, sink)
     made = SummaryFact(model="small", prompt_family="hybrid", input_tokens=900, output_tokens=120)
-    spend.add("s_1:improved", 700, 70)  # a preparation finished before this point
-    observer.observe(finished(spend, made, "treated"))
+    observer.observe(finished(made, "treated"))
     (point,) = sink.events
     assert point["compaction_cost"] == {
-        "input_tokens": 1600,
-        "output_tokens": 190,
+        "input_tokens": 900,
+        "output_tokens": 120,
         "point": {"input_tokens": 900, "output_tokens": 120},
-        "preparation": {"input_tokens": 700, "output_tokens": 70},
+        "preparation": {"input_tokens": 0, "output_tokens": 0},
     }
+    assert "kind" not in point  # a request's event
 
     def tokens(kind: str, source: str, arm: str) -> float | None:
         labels = {"kind": kind, "source": source, "arm": arm}
@@ -72,24 +72,17 @@ def test_the_event_and_the_metrics_carry_the_point_and_the_preparations() -> Non
     assert tokens("input", "preparation", "treated") is None
 
 
-def test_a_request_that_only_carries_preparations_gets_a_light_event() -> None:
-    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
-    observer = record(registry, sink)
-    observer.observe(finished(spend, None, None))
+def test_a_request_the_policy_left_alone_gets_no_event() -> None:
+    registry, sink = CollectorRegistry(), Sink()
+    record(registry, sink).observe(finished(None, None))
     assert sink.events == []  # nothing done, nothing spent: no event (record_skipped is off)
-    spend.add("s_1:improved", 500, 40)
-    observer.observe(finished(spend, None, None))
-    (light,) = sink.events
-    assert light["trigger"] is None and light["details"] == {} and "checkpoint" not in light
-    assert light["compaction_cost"]["preparation"] == {"input_tokens": 500, "output_tokens": 40}
-    assert light["compaction_cost"]["point"] == {"input_tokens": 0, "output_tokens": 0}
 
 
 def test_a_point_with_a_prepared_summary_has_no_point_tokens_and_says_so() -> None:
-    registry, sink, spend = CollectorRegistry(), Sink(), PreparationSpend()
+    registry, sink = CollectorRegistry(), Sink()
     used = SummaryFact(
         model="small", prompt_family="hybrid", input_tokens=900, output_tokens=120, prepared="used"
     )
-    record(registry, sink).observe(finished(spend, used, None))
+    record(registry, sink).observe(finished(used, None))
     (point,) = sink.events
     assert point["compaction_cost"]["input_tokens"] == 0 and point["summary"]["input_tokens"] == 900

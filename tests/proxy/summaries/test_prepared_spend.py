@@ -1,5 +1,6 @@
 """The preparations' tokens are the compaction's own cost: counted by source and canary arm
-when spent (used or not), and kept under their session for its next request's event."""
+when spent (used or not), and recorded at once with whose they are (their own event, the
+canary book), each preparation once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from policies.tokens import TokenCounter
 from proxy.config.settings import load_settings
 from proxy.summaries.prepared import NeverWaiting
 from proxy.summaries.prepared_setup import make_prepared
-from proxy.telemetry.compaction_cost import PreparationSpend
+from proxy.telemetry.compaction_cost import Preparation, Preparations, PreparedFor
 from proxy.telemetry.metrics import Metrics
 from tests.proxy.summaries.test_prepared import request
 
@@ -36,14 +37,16 @@ async def test_a_preparation_is_paid_under_its_session_and_arm_used_or_not(tmp_p
         overrides={"state_dir": str(tmp_path), "summarizer.kind": "openai", "summarizer.prepare_at": 0.5},
     )
     registry = CollectorRegistry()
-    spend = PreparationSpend()
-    summaries = make_prepared(settings, TokenCounter(), Metrics(registry), None, spend)
+    preparations, done = Preparations(), []
+    preparations.listeners.append(done.append)
+    summaries = make_prepared(settings, TokenCounter(), Metrics(registry), None, preparations)
     assert summaries is not None
-    point = NeverWaiting(summaries, "t", "s_1:improved", Paid(), arm="treated")
+    whose = PreparedFor(arm="treated", canary_key="t\x1fk", policy="improved")
+    point = NeverWaiting(summaries, "t", "s_1:improved", Paid(), whose=whose)
     await point.summarize(request(("a", "b")))  # nothing ready: this range is prepared
     await summaries.queue.idle()
     # Prepared again for a newer range (the first one never used): both are paid.
-    summaries.start("t", "s_1:improved", request(("a", "b", "c")), Paid(), "treated")
+    summaries.start("t", "s_1:improved", request(("a", "b", "c")), Paid(), whose)
     await summaries.queue.idle()
 
     def tokens(kind: str, source: str, arm: str) -> float | None:
@@ -55,4 +58,5 @@ async def test_a_preparation_is_paid_under_its_session_and_arm_used_or_not(tmp_p
     assert (
         registry.get_sample_value("compaction_proxy_prepared_summary_tokens_total", {"kind": "input"}) == 1600
     )
-    assert spend.take("s_1:improved") == (1600, 180) and spend.take("s_2:improved") == (0, 0)
+    # Each recorded once, as it finished, with its tenant, session and whose it is.
+    assert done == [Preparation("t", "s_1:improved", whose, 800, 90)] * 2
