@@ -3,6 +3,7 @@ summarizer model's prices), shown apart; what is saved per session is net of it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -70,3 +71,51 @@ async def test_status_shows_the_own_cost_apart_and_the_savings_net_of_it() -> No
     printed = render(report)
     assert "compaction's own per session" in printed and "saved per session (net)" in printed
     assert ArmFigures("holdout", [holdout]).summary(now, 60)["compaction_cost_per_session"] == 0.0
+
+
+class Kept:
+    """A canary book that keeps what is added."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, str, dict[str, float], str | None]] = []
+
+    async def add(self, key: str, arm: str, counted: dict[str, float], last: str | None, now: float) -> None:
+        self.added.append((key, arm, dict(counted), last))
+
+
+async def test_a_preparation_is_its_arms_cost_and_no_request() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from proxy.canary.record import CanaryPrices, CanaryRecord
+    from proxy.config.settings import load_settings
+    from proxy.telemetry.compaction_cost import Preparation, PreparedFor
+    from proxy.telemetry.metrics import Metrics
+
+    settings = load_settings(
+        env={},
+        overrides={
+            "summarizer.model": "small",
+            "models": {"gpt-4o*": {"input_price": 2.5}, "small": {"input_price": 0.15, "output_price": 0.6}},
+        },
+    )
+    book, registry = Kept(), CollectorRegistry()
+    record = CanaryRecord(Metrics(registry), book, CanaryPrices(settings), {}, None)  # type: ignore[arg-type]
+    whose = PreparedFor(arm="treated", canary_key="t_a\x1fs", model="gpt-4o")
+    record.preparation(Preparation("t_a", "s_1:improved", whose, 1_000_000, 100_000))
+    record.preparation(Preparation("t_a", "s_2:improved", PreparedFor(model="gpt-4o"), 5, 5))  # no arm
+    await asyncio.gather(*record.pending)
+    cost = 0.15 + 0.06
+    assert book.added == [
+        (
+            "t_a\x1fs",
+            "treated",
+            {
+                "compaction_input": 1_000_000,
+                "compaction_output": 100_000,
+                "compaction_cost": cost,
+                "cost": cost,
+            },
+            None,
+        )
+    ]  # no "requests": a preparation is no request of the session
+    assert registry.get_sample_value("compaction_proxy_canary_cost_total", {"arm": "treated"}) == cost

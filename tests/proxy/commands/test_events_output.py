@@ -165,3 +165,11 @@ def test_events_where_no_proxy_ran_says_so_and_leaves_nothing_behind(
     assert main(["events"]) == 1
     assert "no store at var/compaction.db" in capsys.readouterr().err
     assert not (tmp_path / "var").exists()
+
+
+def test_a_preparations_own_event_is_a_row_that_says_so() -> None:
+    from proxy.commands.events_table import row
+
+    prepared = {"time": T0, "session": "s_1:improved", "policy": "improved", "kind": "preparation"}
+    prepared["compaction_cost"] = {"input_tokens": 1_000, "output_tokens": 100}
+    assert row(prepared)[2:] == ["improved", "prepared", "- -> -", "0", "0", "1,000/100"]

@@ -117,3 +117,30 @@ async def test_control_reads_run_on_their_own_thread_and_read_one_row_a_session(
     )
     assert read_rows == 40  # one summary a session, however many events
     await store.close()
+
+
+async def test_a_preparations_own_event_adds_its_tokens_but_no_request_or_point(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    requests = [event(i, "s_1:improved", compaction_cost=None, arm="treated") for i in (4, 5, 6)]
+    preparation = {
+        "event_id": "e_prep",
+        "kind": "preparation",  # proxy/telemetry/compaction_cost.py: after the last request
+        "session": "s_1:improved",
+        "time": 7.0,
+        "policy": "improved",
+        "model": "gpt-4o",
+        "trigger": None,
+        "request": None,
+        "arm": "treated",
+        "compaction_cost": {"input_tokens": 700, "output_tokens": 70},
+    }
+    await add_all(store, "t_a", [*requests, preparation])
+    (kept,) = await store.sessions("t_a")
+    (alone,) = summarize_sessions(requests, PRICES)
+    assert kept["events"] == alone["events"] == 3 and kept["requests"] == alone["requests"]
+    for name in ("compaction_points", "tokens_saved", "reads"):
+        assert kept[name] == alone[name]
+    assert (kept["compaction_input_tokens"], kept["compaction_output_tokens"]) == (700, 70)
+    assert kept["arm"] == "treated" and kept["model"] == "gpt-4o"
+    assert priced([kept], PRICES) == summarize_sessions([*requests, preparation], PRICES)
+    await store.close()

@@ -4,6 +4,7 @@ canary book), each preparation once."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -60,3 +61,30 @@ async def test_a_preparation_is_paid_under_its_session_and_arm_used_or_not(tmp_p
     )
     # Each recorded once, as it finished, with its tenant, session and whose it is.
     assert done == [Preparation("t", "s_1:improved", whose, 800, 90)] * 2
+
+
+async def test_settle_all_waits_for_every_policy_of_the_session_and_no_other(tmp_path: Path) -> None:
+    settings = load_settings(
+        env={},
+        overrides={"state_dir": str(tmp_path), "summarizer.kind": "openai", "summarizer.prepare_at": 0.5},
+    )
+    preparations, done = Preparations(), []
+    preparations.listeners.append(done.append)
+    summaries = make_prepared(settings, TokenCounter(), Metrics(CollectorRegistry()), None, preparations)
+    assert summaries is not None
+    release = asyncio.Event()
+
+    class Held(Paid):
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            await release.wait()
+            return await super().summarize(request)
+
+    for session in ("s_1:improved", "s_1:full", "s_10:improved"):
+        summaries.start("t", session, request(("a", "b")), Held())
+    settled = asyncio.ensure_future(summaries.settle_all("s_1"))
+    await asyncio.sleep(0)
+    assert not settled.done()  # its preparations are still running
+    release.set()
+    await settled
+    assert {d.session for d in done} >= {"s_1:improved", "s_1:full"}
+    await summaries.queue.idle()
