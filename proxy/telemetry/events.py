@@ -6,8 +6,9 @@ covered range of the client's messages and the digest of its content; tokens and
 before and after; handles offloaded; the summary's hash and the summarizer's model, tokens,
 seconds and any fallback; the read_tool_output rounds with their usage), plus the session
 checkpoint that produced the view. The observer adds the compaction's own cost
-(``compaction_cost``: the summarizer's tokens of this point and of the session's preparations
-since its last event, apart from the prompt; ``proxy/telemetry/compaction_cost.py``). At a
+(``compaction_cost``: the summarizer's tokens of this point, apart from the prompt; a summary
+prepared ahead has an event of its own, ``kind: "preparation"``, made by
+``proxy/telemetry/compaction_cost.py``: an event with a ``kind`` is no request's). At a
 compaction point the event also holds the view itself (compressed); between points the
 checkpoint and the client's history (which the agent keeps, or a recorded trace) rebuild it
 with ``policies.sticky.apply_checkpoint``; the outputs its handles name are in the store.
