@@ -81,6 +81,7 @@ def create_app(
             state.ready,
             version=package_version(),
             learned=parts.learned.told if parts.learned is not None else None,
+            settle=parts.settle_preparations,
         ),
         on_startup=[lifecycle.startup],
         on_shutdown=[lifecycle.shutdown],

@@ -14,7 +14,7 @@ from policies.tokens import TokenCounter
 from proxy import package_version
 from proxy.canary.record import CanaryPrices, CanaryRecord
 from proxy.canary.runtime import CanaryArms, CanaryJudge
-from proxy.canary.store import make_canary_book
+from proxy.canary.store import CanaryBook, make_canary_book
 from proxy.config.merge import configured_window_patterns
 from proxy.config.sections import TracingSettings
 from proxy.config.settings import Settings, policy_specs
@@ -45,8 +45,9 @@ from proxy.state.store import Store
 from proxy.state.store_factory import make_store
 from proxy.state.token_factors import ScaledWindows, TokenFactors
 from proxy.summaries.answered import AnsweredTenants
-from proxy.summaries.prepared import make_prepared
+from proxy.summaries.prepared_setup import make_prepared
 from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.compaction_cost import CompactionCost, Preparations, preparation_event
 from proxy.telemetry.events import EventSink, config_hash
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
@@ -110,8 +111,9 @@ class AppParts:
         large = LargeRequests(settings)
         # Whom the upstream answered: a keyless summarizer prepares only for them (answered.py).
         answered = AnsweredTenants()
+        preparations = Preparations(log)  # each finished: its own event, the canary book
         service = make_service(
-            settings, counter, windows, store, sessions, metrics, summarizer, large, answered
+            settings, counter, windows, store, sessions, metrics, summarizer, large, answered, preparations
         )
         policies = build_policies(policy_specs(settings))
         dialects = make_dialects(HiddenRounds(store, shared=shared))
@@ -138,8 +140,7 @@ class AppParts:
         span_export = make_span_export(settings.tracing, log)
         observers = make_observers(settings, log, metrics, events, shadow, loops, dialects)
         observers += [span_export] if span_export is not None else []
-        observers.append(CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log))
-        observers.append(answered)
+        observers += [canary_record(settings, metrics, book, dialects, log, preparations, events), answered]
         canary = settings.mode == "canary"
         judge = CanaryJudge(settings.canary, book, arms, metrics, events, log) if canary else None
         return cls(
@@ -157,11 +158,20 @@ class AppParts:
             shadow=shadow,
             events=events,
             route=route,
-            finishers=[TokenCalibration(factors, dialects)],
+            finishers=[TokenCalibration(factors, dialects), CompactionCost()],
             observers=observers,
             span_export=span_export,
             canary_judge=judge,
         )
+
+    async def settle_preparations(self, session: str) -> None:
+        """Wait for ``session``'s preparations in flight in this process (bounded by the
+        summarizer's timeout) and for the events written since, theirs among them: what the
+        events API does when asked (``x-compaction-prepared: wait``, the replay's header)."""
+        prepared = self.service.prepared
+        if prepared is not None:
+            await prepared.settle_all(session)
+        await self.events.drain()
 
     def edge(self, settings: Settings, log: Any) -> Edge:
         return Edge(
@@ -178,6 +188,23 @@ class AppParts:
         )
 
 
+def canary_record(
+    settings: Settings,
+    metrics: Metrics,
+    book: CanaryBook,
+    dialects: Mapping[str, Dialect],
+    log: Any,
+    preparations: Preparations,
+    events: EventSink,
+) -> CanaryRecord:
+    """The canary's observer of requests; and each finished preparation recorded at once: its
+    own event (the compaction's own cost, ``proxy/telemetry/compaction_cost.py``) and, in
+    canary mode, its arm's cost in the book."""
+    record = CanaryRecord(metrics, book, CanaryPrices(settings), dialects, log)
+    preparations.listeners += [lambda done: events.emit(preparation_event(done)), record.preparation]
+    return record
+
+
 def make_service(
     settings: Settings,
     counter: TokenCounter,
@@ -188,6 +215,7 @@ def make_service(
     summarizer: OpenAISummarizer | None,
     large: LargeRequests,
     answered: AnsweredTenants | None = None,
+    preparations: Preparations | None = None,
 ) -> CompactionService:
     """The compaction service; prepared summaries shared through the store when other
     processes serve the same sessions."""
@@ -204,7 +232,7 @@ def make_service(
         max_sessions=settings.sessions.max_sessions,
         known_prefix_tokens=settings.sessions.known_prefix_tokens,
         injected_tokens=lambda encoding: counter.count_tools([read_schema], encoding),
-        prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None),
+        prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None, preparations),
         prepare_at=settings.summarizer.prepare_at,
         answered=answered,
         clock=PromptClock(settings.prompt_cache, settings.sessions.max_sessions, shared=sessions.shared),

@@ -45,7 +45,12 @@ COUNTED = (
     "reads",
     "repeats",
     "agent_compactions",
-    "cost",
+    "cost",  # the prompt's and the compaction's own
+    # The compaction's own: the summarizer's tokens (its points' and its preparations') and
+    # their cost, apart from the prompt.
+    "compaction_input",
+    "compaction_output",
+    "compaction_cost",
 )
 
 
@@ -71,6 +76,17 @@ class Prices:
         uncached = max(0, usage.prompt - usage.cached - usage.written)
         total = uncached * base + usage.cached * cached + usage.written * written + usage.output * output
         return total / 1e6 if self.input is not None else float(total)
+
+
+def own_cost(input_tokens: int, output_tokens: int, summarizer: Prices, request: Prices) -> float:
+    """The compaction's own tokens in the unit the request's cost is in: US dollars at the
+    summarizer model's prices (the request model's where the summarizer has none); without a
+    price for the request's model, full-price input tokens (output at four times the input)."""
+    usage = Usage(prompt=input_tokens, output=output_tokens)
+    if request.input is None:
+        return Prices().cost(usage, cached_ratio=1.0, write_ratio=1.0)
+    priced = summarizer if summarizer.input is not None else request
+    return priced.cost(usage, cached_ratio=1.0, write_ratio=1.0)
 
 
 @dataclass(slots=True)
@@ -114,6 +130,11 @@ class ArmFigures:
             "reads_per_session": self.total("reads") / count,
             "reacquisitions_per_session": sum(self.reacquisitions()) / count,
             "agent_compactions": int(self.total("agent_compactions")),
+            "compaction_input_tokens": int(self.total("compaction_input")),
+            "compaction_output_tokens": int(self.total("compaction_output")),
+            # The arm's cost is the prompt's and the compaction's own; each apart too.
+            "prompt_cost_per_session": (self.total("cost") - self.total("compaction_cost")) / count,
+            "compaction_cost_per_session": self.total("compaction_cost") / count,
             "cost_per_session": self.total("cost") / count,
             "endings": self.endings(now, idle_seconds),
         }

@@ -12,18 +12,20 @@ from typing import Any
 
 import orjson
 
-from proxy.canary.gate import Prices
+from proxy.canary.gate import Prices, own_cost
 from proxy.canary.outcome import add_usage, outcome_kind, usage_objects
 from proxy.canary.store import CanaryBook
 from proxy.config.settings import Settings
 from proxy.dialects.base import Dialect, Usage
+from proxy.telemetry.compaction_cost import Preparation, cost_tokens
 from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.session_summary import PriceColumn
 
 
 class CanaryPrices:
-    """Each model's four prices from the ``models`` table (first pattern that sets each)."""
+    """Each model's four prices from the ``models`` table (first pattern that sets each);
+    ``summarizer``: the summarizer model's, which the compaction's own tokens cost."""
 
     def __init__(self, settings: Settings) -> None:
         models = settings.models
@@ -31,6 +33,7 @@ class CanaryPrices:
             name: PriceColumn(models, name)
             for name in ("input_price", "cached_input_price", "cache_write_price", "output_price")
         }
+        self.summarizer = self.of(settings.summarizer.model)
 
     def of(self, model: object) -> Prices:
         get = {name: lookup.per_million(model) for name, lookup in self._lookups.items()}
@@ -40,9 +43,11 @@ class CanaryPrices:
 
 
 def request_figures(
-    exchange: Exchange, dialect: Dialect, prices: Prices
+    exchange: Exchange, dialect: Dialect, prices: Prices, summarizer: Prices | None = None
 ) -> tuple[dict[str, float], str | None]:
-    """The request's figures (``proxy.canary.gate.COUNTED``) and how its answer ended."""
+    """The request's figures (``proxy.canary.gate.COUNTED``) and how its answer ended; its
+    cost is the prompt's and the compaction's own (the summarizer's tokens this request's event
+    carries, ``proxy/telemetry/compaction_cost.py``, at ``summarizer``'s prices)."""
     usage, tool_call, body = Usage(), False, b""
     reads = exchange.reads
     if reads is not None:
@@ -57,6 +62,8 @@ def request_figures(
             usage = add_usage(usage, dialect.billed(usage_objects(body)))
         tool_call = tool_call or capture.tool_call
     kind = outcome_kind(exchange.status, exchange.error, body)
+    own_input, own_output = cost_tokens(exchange.compaction_cost)
+    own = own_cost(own_input, own_output, summarizer or prices, prices) if own_input or own_output else 0.0
     counted = {
         "requests": 1,
         "prompt": usage.prompt,
@@ -72,9 +79,11 @@ def request_figures(
         "reads": len(reads.reads) if reads is not None else 0,
         "repeats": exchange.repeats,
         "agent_compactions": int("agent_compaction" in exchange.dialect_notes),
-        "cost": prices.cost(
-            usage, cached_ratio=dialect.cached_input_ratio, write_ratio=dialect.cache_write_ratio
-        ),
+        "cost": own
+        + prices.cost(usage, cached_ratio=dialect.cached_input_ratio, write_ratio=dialect.cache_write_ratio),
+        "compaction_input": own_input,
+        "compaction_output": own_output,
+        "compaction_cost": own,
     }
     ending = None if kind != "ok" else ("tool" if tool_call else "final")
     return counted, ending
@@ -105,7 +114,9 @@ class CanaryRecord:
         dialect = self.dialects.get(exchange.route)
         if arm is None or dialect is None:
             return
-        counted, ending = request_figures(exchange, dialect, self.prices.of(exchange.model))
+        counted, ending = request_figures(
+            exchange, dialect, self.prices.of(exchange.model), self.prices.summarizer
+        )
         m = self.metrics
         m.canary_requests.labels(arm, exchange.route).inc()
         for kind, key in (
@@ -131,6 +142,21 @@ class CanaryRecord:
             m.canary_outcomes.labels(arm, "final_answer" if ending == "final" else "tool_call").inc()
         m.canary_cost.labels(arm).inc(counted["cost"])
         task = asyncio.ensure_future(self._add(exchange.canary_key, arm, counted, ending))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    def preparation(self, preparation: Preparation) -> None:
+        """A summary prepared ahead for a canary session finished: its tokens are its arm's cost
+        (the compaction's own, at the summarizer's prices, in the unit of the requests' cost of
+        the model the session asked for), added to the session's figures as no request."""
+        whose = preparation.whose
+        if whose.arm is None or not whose.canary_key:
+            return
+        own_input, own_output = preparation.input_tokens, preparation.output_tokens
+        own = own_cost(own_input, own_output, self.prices.summarizer, self.prices.of(whose.model))
+        counted = {"compaction_input": own_input, "compaction_output": own_output, "compaction_cost": own}
+        self.metrics.canary_cost.labels(whose.arm).inc(own)
+        task = asyncio.ensure_future(self._add(whose.canary_key, whose.arm, {**counted, "cost": own}, None))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 

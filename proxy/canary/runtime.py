@@ -96,6 +96,7 @@ async def canary_report(book: CanaryBook, settings: CanarySettings, now: float) 
     figures = await book.sessions(float(state.get("epoch") or 0.0))
     arms = split_arms(figures.sessions)
     verdict = judge(arms, settings.gate)
+    summaries = {name: arm.summary(now, settings.idle_seconds) for name, arm in arms.items()}
     return {
         "time": now,
         "share": settings.share,
@@ -106,7 +107,11 @@ async def canary_report(book: CanaryBook, settings: CanarySettings, now: float) 
         "unreadable_sessions": figures.unreadable,
         "verdict": verdict.state,
         "checks": [c.as_dict() for c in verdict.checks],
-        "arms": {name: arm.summary(now, settings.idle_seconds) for name, arm in arms.items()},
+        "arms": summaries,
+        # What a treated session costs less than a holdout one, net of the compaction's own
+        # cost (each arm's cost holds it): negative when the policy costs more than it saves.
+        "saved_per_session": summaries["holdout"]["cost_per_session"]
+        - summaries["treated"]["cost_per_session"],
         "min_sessions": settings.gate.min_sessions,
     }
 

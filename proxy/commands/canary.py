@@ -35,6 +35,10 @@ ROWS = (
     ("reads per session", "reads_per_session", "{:.2f}"),
     ("re-acquisitions per session", "reacquisitions_per_session", "{:.2f}"),
     ("agent compactions", "agent_compactions", "{:,.0f}"),
+    ("compaction's own tokens in", "compaction_input_tokens", "{:,.0f}"),
+    ("compaction's own tokens out", "compaction_output_tokens", "{:,.0f}"),
+    ("prompt cost per session", "prompt_cost_per_session", "{:,.4f}"),
+    ("compaction's own per session", "compaction_cost_per_session", "{:,.4f}"),
     ("cost per session", "cost_per_session", "{:,.4f}"),
 )
 
@@ -60,6 +64,8 @@ def render(report: dict[str, Any]) -> str:
     for ending in ("answered", "abandoned", "active"):
         values = [arms[a]["endings"][ending] for a in ("treated", "holdout")]
         lines.append(f"{'sessions ' + ending:30}{values[0]:>16,}{values[1]:>16,}")
+    # Cost is the prompt's and the compaction's own, so what is saved is net of the latter.
+    lines.append(f"{'saved per session (net)':30}{report['saved_per_session']:>16,.4f}")
     lines.append("")
     if report["verdict"] == "waiting":
         lines.append(f"gate: waiting for {report['min_sessions']} sessions in each arm")

@@ -5,6 +5,9 @@ The table has one row per event with fixed column widths, so that rows printed l
 ``--follow`` line up under the header printed first. The session column shows the client's own
 ``X-Session-Id`` where the event has one (bounded and without control characters, whatever the
 store holds), else the proxy's ``s_...`` id cut short; its policy suffix is the policy column.
+``OWN TOKENS`` is the compaction's own cost (``proxy/telemetry/compaction_cost.py``): the
+summarizer's input/output tokens of the point, apart from the prompt; a summary prepared ahead
+has a row of its own (``prepared`` where a request's trigger is), with its tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ COLUMNS = (
     ("TOKENS BEFORE -> AFTER", 22, True),
     ("READS", 5, True),
     ("OFFLOADED", 9, True),
+    ("OWN TOKENS", 15, True),
 )
 
 
@@ -46,6 +50,13 @@ def _count(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "-"
 
 
+def _own(event: Mapping[str, Any]) -> str:
+    spent = event.get("compaction_cost")
+    if not isinstance(spent, Mapping) or not (spent.get("input_tokens") or spent.get("output_tokens")):
+        return "-"
+    return f"{_count(spent.get('input_tokens'))}/{_count(spent.get('output_tokens'))}"
+
+
 def row(event: Mapping[str, Any]) -> list[str]:
     moment = event.get("time")
     when = time.strftime("%m-%d %H:%M:%S", time.localtime(float(moment))) if moment else "-"
@@ -56,10 +67,12 @@ def row(event: Mapping[str, Any]) -> list[str]:
         when,
         session_of(event),
         str(event.get("policy") or "-"),
-        str(event.get("trigger") or "-"),
+        # A preparation's own event (no request: no trigger, no tokens sent) says what it is.
+        str(event.get("trigger") or ("prepared" if event.get("kind") == "preparation" else "-")),
         f"{_count(event.get('tokens_before'))} -> {_count(event.get('tokens_after'))}",
         str(read_count),
         str(len(handles) if isinstance(handles, list) else 0),
+        _own(event),
     ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -23,7 +23,7 @@ from proxy.state.sessions import credentials, explicit_session, tenant_of
 from proxy.state.sqlite_control import ControlPlaneBusy
 from proxy.state.store import Store
 from proxy.telemetry.metrics import CONTENT_TYPE, Metrics
-from proxy.telemetry.session_summary import PriceColumn, priced
+from proxy.telemetry.session_summary import PriceColumn, SummarizerPrices, priced
 from proxy.wire.errors import ProxyError, anthropic_error_body, error_body, openai_error_body
 
 SERVICE = "compaction-proxy"
@@ -52,6 +52,7 @@ def control_routes(
     *,
     version: str = "0",
     learned: Callable[[], dict[str, int]] | None = None,
+    settle: Callable[[str], Awaitable[None]] | None = None,
 ) -> list[HTTPRouteHandler]:
     me = identity(settings, version)
 
@@ -85,14 +86,19 @@ def control_routes(
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store, learned)]
+    return [root, root_head, healthz, readyz, metrics_route, *event_routes(settings, store, learned, settle)]
 
 
 def event_routes(
-    settings: Settings, store: Store, learned: Callable[[], dict[str, int]] | None = None
+    settings: Settings,
+    store: Store,
+    learned: Callable[[], dict[str, int]] | None = None,
+    settle: Callable[[str], Awaitable[None]] | None = None,
 ) -> list[HTTPRouteHandler]:
-    """The compaction events API, the sessions list and the session page (tenant-scoped)."""
+    """The compaction events API, the sessions list and the session page (tenant-scoped);
+    ``settle(session)``: wait for the session's preparations in flight and their events."""
     prices = PriceColumn(settings.models)
+    own_prices = SummarizerPrices.of(settings.models, settings.summarizer.model)
     table = ContextWindows(settings.context_windows)
     page = (resources.files("proxy.edge") / "session_page.html").read_bytes()
 
@@ -107,7 +113,9 @@ def event_routes(
     ) -> Response[Any]:
         """Compaction events, oldest first. With an admin token configured it is required and
         sees every tenant (``tenant`` filters); without one, a caller sees its own tenant only.
-        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``)."""
+        ``session`` is the client's X-Session-Id or the proxy's session id (``s_...``); with
+        ``x-compaction-prepared: wait``, its preparations in flight here and their events are
+        waited for first (bounded by the summarizer's timeout: a replay's read)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
@@ -115,6 +123,8 @@ def event_routes(
             if scope is None:
                 return _refused(400, "Pass the tenant with an X-Session-Id.", "invalid_request_error")
             session = explicit_session(scope, session)
+        if session and settle is not None and _header(request, b"x-compaction-prepared") == b"wait":
+            await settle(session)
         try:
             found = await store.events(
                 scope, session=session, policy=policy, since=since, limit=max(1, min(limit, 1000))
@@ -131,14 +141,17 @@ def event_routes(
     ) -> Response[Any]:
         """The caller's recent sessions, newest first, as the store keeps them summed from their
         events (one row read a session, never the events themselves): model, door, requests,
-        tokens sent and sent upstream, compaction points, reads and the estimated savings (the
-        ``models`` table's ``input_price``), and the window the proxy now holds the model to
-        (``window_from``: ``provider`` when its upstream told it, else ``table``)."""
+        tokens sent and sent upstream, compaction points, reads, the compaction's own tokens (the
+        summarizer's, apart from the prompt) and cost (at the summarizer model's prices), the
+        estimated savings net of that cost (the prompt tokens saved at the ``models`` table's
+        ``input_price``, less the compaction's own cost), the canary arm, and the window the
+        proxy now holds the model to (``window_from``: ``provider`` when its upstream told it,
+        else ``table``)."""
         scope = scope_of(settings, request, tenant)
         if isinstance(scope, Response):
             return scope
         try:
-            rows = priced(await store.sessions(scope, limit=max(1, min(limit, 500))), prices)
+            rows = priced(await store.sessions(scope, limit=max(1, min(limit, 500))), prices, own_prices)
         except ControlPlaneBusy:
             return _busy()
         told = learned() if learned is not None else {}
@@ -156,6 +169,10 @@ def event_routes(
         return Response(page, media_type=MediaType.HTML, headers=_PAGE_HEADERS)
 
     return [compaction_events, compaction_sessions, session_page]
+
+
+def _header(request: Request[Any, Any, Any], name: bytes) -> bytes | None:
+    return next((v for k, v in request.scope["headers"] if k.lower() == name), None)
 
 
 def scope_of(

@@ -21,6 +21,7 @@ from proxy.dialects.base import Dialect
 from proxy.state.checkpoint_states import CheckpointState
 from proxy.state.sessions import client_session_label
 from proxy.state.token_factors import TokenFactors
+from proxy.telemetry.compaction_cost import NOTHING, arm_label, own_cost
 from proxy.telemetry.events import CheckpointJson, EventSink, build_event, checkpoint_json
 from proxy.telemetry.exchange import Exchange, ShadowCompare, status_class
 from proxy.telemetry.metrics import Metrics
@@ -73,7 +74,8 @@ class CompactionRecord:
         outcome = exchange.outcome
         if outcome is None:
             return
-        # An agent's own compaction request is always recorded, even when sent as it came.
+        # An agent's own compaction request is always recorded, even when sent as it came (a
+        # preparation's tokens are never a request's: it records its own event).
         agent_compaction = exchange.dialect_notes.get("agent_compaction")
         if not (outcome.mechanisms or outcome.trigger or self.record_skipped or agent_compaction):
             return
@@ -110,6 +112,12 @@ class CompactionRecord:
                     reason=landing.target_missed,
                     free=landing.no_read_room,
                 )
+        own = exchange.compaction_cost
+        if own is not None:
+            # A preparation's tokens were counted when spent: the point's own are counted here.
+            arm = arm_label(exchange.arm)
+            m.compaction_tokens.labels("input", "point", arm).inc(own["point"]["input_tokens"])
+            m.compaction_tokens.labels("output", "point", arm).inc(own["point"]["output_tokens"])
         summary = outcome.facts.summary
         if summary is not None:
             result = "ledger" if summary.model == "ledger" else "ok"
@@ -150,6 +158,9 @@ class CompactionRecord:
             event["client_session"] = client_session
         if exchange.arm is not None:
             event["arm"] = exchange.arm
+        # The summarizer's tokens of this point: the compaction's own cost, apart from the
+        # prompt (a preparation's are on its own event, compaction_cost.py).
+        event["compaction_cost"] = exchange.compaction_cost or own_cost(NOTHING, NOTHING)
         if exchange.view_changed:
             event["view_changed"] = list(exchange.view_changed)
         if exchange.token_count is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.digests import Digests
@@ -34,6 +34,7 @@ from proxy.summaries.answered import AnsweredTenants
 from proxy.summaries.credentials import SummaryCredential
 from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.summaries.summarizer import OpenAISummarizer
+from proxy.telemetry.compaction_cost import PreparedFor
 from proxy.telemetry.metrics import Metrics
 from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
@@ -59,6 +60,8 @@ class Compacted:
     stream: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
     marked: bool = False  # a large body's lone surrogates stand as marks in its view
+    # Whose its preparations are (its canary arm, policy, door...): for their own events.
+    whose: PreparedFor | None = None
 
 
 def policy_reserve(policy: Policy) -> int:
@@ -152,6 +155,7 @@ class CompactionService:
         fallback: Fallback | None = None,
         door: str = "chat",
         force: bool = False,
+        whose: PreparedFor | None = None,
     ) -> Compacted:
         """A request of ordinary size, compacted on the event loop. ``client_origin``: the
         scheme, host and port of the provider the client's request addressed (its credential
@@ -209,6 +213,7 @@ class CompactionService:
             messages=len(messages),
             model=neutral.get("model"),
             skipped=skipped,
+            whose=whose,
         )
         paid = self._credential(headers, client_origin, fallback)
         compacted.outcome = await self._apply(
@@ -229,6 +234,7 @@ class CompactionService:
         restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
         fallback: Fallback | None = None,
         target: Target = BODY_SAYS,
+        whose: PreparedFor | None = None,
     ) -> Compacted:
         """A large body: read, counted and compacted in a worker process (held for every phase:
         it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
@@ -245,6 +251,7 @@ class CompactionService:
                 headers,
                 self._credential(headers, client_origin, fallback),
                 restore,
+                whose,
             )
 
     async def _compact_in(
@@ -258,6 +265,7 @@ class CompactionService:
         headers: Headers,
         credential: SummaryCredential,
         restore: Callable[[list[Any]], Awaitable[Any]] | None,
+        whose: PreparedFor | None,
     ) -> Compacted:
         explicit = header_value(headers, b"x-session-id")
         inspected = await worker.inspect(
@@ -298,6 +306,7 @@ class CompactionService:
             stream=inspected.stream,
             notes=notes,
             marked=inspected.marked,
+            whose=whose,
         )
 
         async def compute(
@@ -352,15 +361,18 @@ class CompactionService:
             # No credential of this client's may pay: nothing is prepared for it either.
             prepared = self.prepared if model is not None and model.payable else None
             may_prepare = self.may_prepare(tenant, model)
+            whose = replace(compacted.whose or PreparedFor(), model=compacted.model)
             if prepared is not None:
                 # A replay asks a point to settle the preparation in flight (deterministic).
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
-                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare)
+                summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, whose)
             # The cache as this request finds it (the previous request's time, then this one's).
             cache = self.clock.observe(session, door, headers) if self.clock is not None else None
             outcome = await compute(checkpoint, summarizer, cache=cache)
             if prepared is not None and dry_run is not None and may_prepare:
-                task = prepared.after_request(tenant, session, outcome, model, dry_run, self.prepare_at)
+                task = prepared.after_request(
+                    tenant, session, outcome, model, dry_run, self.prepare_at, whose
+                )
                 if task is not None:
                     self.background.add(task)
                     task.add_done_callback(self.background.discard)

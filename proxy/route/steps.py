@@ -46,6 +46,7 @@ from proxy.route.windows import WindowLearning
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
 from proxy.state.token_factors import ScaledWindows
+from proxy.telemetry.compaction_cost import PreparedFor
 from proxy.telemetry.exchange import Exchange, ShadowCompare
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.shadow import ShadowComparer
@@ -311,6 +312,7 @@ class CompactingRoute:
                     restore=restore_lookup(draft),
                     fallback=draft.provider.fallback,
                     target=draft.target,
+                    whose=PreparedFor.of(draft.exchange),
                 )
             except (SentAsIs, *UNREADABLE) as exc:
                 return draft.as_sent(why_unreadable(draft.dialect.name, exc))
@@ -325,6 +327,7 @@ class CompactingRoute:
                 counter=draft.counter,
                 fallback=draft.provider.fallback,
                 door=draft.dialect.name,
+                whose=PreparedFor.of(draft.exchange),
             )
             compacted.stream, compacted.notes = parsed.stream, parsed.notes
         draft.compacted = compacted

@@ -35,6 +35,8 @@ from redis.backoff import NoBackoff
 from policies.pipeline import Checkpoint, Offload
 from proxy.state.checkpoint_states import CheckpointState
 from proxy.state.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
+from proxy.state.session_rollup import LATEST as _LATEST
+from proxy.state.session_rollup import SUMS as _SUMS
 from proxy.state.session_rollup import rollup
 from proxy.state.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
@@ -173,11 +175,14 @@ class RedisStore:
         one = rollup(session, event)
         key = f"cpx:ss:{tenant}:{session}"
         for name in _SUMS:
-            pipe.hincrby(key, name, one[name])
+            if one[name]:  # a figure never counted reads as 0
+                pipe.hincrby(key, name, one[name])
         for model, tokens in one["saved_by_model"]:
             pipe.hincrby(key, _SAVED + (model if model is not None else _NO_MODEL), tokens)
         pipe.hsetnx(key, "first", one["first"])
-        latest = {name: one[name] for name in (*_LATEST, "last", "requests") if one[name] is not None}
+        # The request number is the newest request's: a preparation's own event has none.
+        names = (*_LATEST, "last", "requests") if one["events"] else (*_LATEST, "last")
+        latest = {name: one[name] for name in names if one[name] is not None}
         pipe.hset(key, mapping=latest)
         pipe.expire(key, self.keep)
         pipe.zadd(f"cpx:sl:{tenant}", {session: one["last"]})
@@ -247,8 +252,6 @@ class RedisStore:
         await self.client.aclose()
 
 
-_SUMS = ("events", "tokens_sent", "tokens_upstream", "tokens_saved", "compaction_points", "reads")
-_LATEST = ("model", "client_session", "mode", "door", "policy")
 _SAVED = "saved\x1f"
 _NO_MODEL = "\x00"  # the tokens saved by events that named no model
 

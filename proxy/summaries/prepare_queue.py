@@ -78,6 +78,10 @@ class FairQueue:
     def job(self, session: str) -> Job | None:
         return self._jobs.get(session)
 
+    def sessions(self) -> list[str]:
+        """The sessions with a job waiting or running."""
+        return list(self._jobs)
+
     @property
     def queued(self) -> int:
         return self._queued

@@ -47,12 +47,9 @@ import orjson
 
 from policies.pipeline import Checkpoint, PolicyOutcome
 from policies.summarizer import Summarizer, SummaryRequest, SummaryResult
-from policies.tokens import TokenCounter
-from proxy.config.settings import Settings
 from proxy.summaries.prepare_queue import FairQueue
 from proxy.summaries.prepared_checks import Prepared, check, decoded, lineage
-from proxy.summaries.prepared_store import PreparedStore, make_prepared_store
-from proxy.telemetry.metrics import Metrics
+from proxy.summaries.prepared_store import PreparedStore
 
 # The payer of a summarizer that carries no credential of its own (a test's, the ledger).
 KEYLESS = "-"
@@ -74,7 +71,7 @@ class PreparedSummaries:
         missed: Callable[[str], None] = lambda reason: None,
         depth: Callable[[int], None] = lambda queued: None,
         shared: PreparedStore | None = None,
-        spent: Callable[[int, int], None] = lambda input_tokens, output_tokens: None,
+        spent: Callable[[str, str, Any, int, int], None] = lambda tenant, session, whose, i, o: None,
     ) -> None:
         """``concurrency``: preparations in flight in this process, all tenants; ``queue``: per
         tenant waiting for a slot (``prepare_queue.py`` has the rules); ``missed(reason)``: a
@@ -85,7 +82,9 @@ class PreparedSummaries:
         self.max_sessions = max_sessions
         self.counted = counted
         self.missed = missed
-        # The summarizer's tokens spent on preparations (used or not): their cost.
+        # The summarizer's tokens spent on preparations (used or not), with the tenant, session
+        # and whose the preparation is (``whose``, as given to ``start``): the compaction's own
+        # cost, recorded at once (proxy/telemetry/compaction_cost.py).
         self.spent = spent
         # Other processes on the same store (replicas on Redis, workers): what one prepares,
         # whichever serves the session's next point takes.
@@ -114,13 +113,22 @@ class PreparedSummaries:
     def has(self, session: str) -> bool:
         return session in self._ready
 
-    def start(self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer) -> None:
-        """Summarize ``request`` in the background for ``session``, when its turn comes (a newer
-        range of the session replaces the one waiting or running: that one would be stale)."""
+    def start(
+        self,
+        tenant: str,
+        session: str,
+        request: SummaryRequest,
+        summarizer: Summarizer,
+        whose: Any = None,
+    ) -> None:
+        """Summarize ``request`` in the background for ``session`` (``whose``: what the request
+        that started it says of its session, handed back with the tokens spent), when its turn
+        comes (a newer range of the session replaces the one waiting or running: that one would
+        be stale)."""
         self._lost.pop(session, None)
 
         def run() -> Coroutine[Any, Any, None]:
-            return self._prepare(tenant, session, request, summarizer)
+            return self._prepare(tenant, session, request, summarizer, whose)
 
         self.queue.submit(tenant, session, run)
 
@@ -138,7 +146,7 @@ class PreparedSummaries:
             self._lost.popitem(last=False)
 
     async def _prepare(
-        self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer
+        self, tenant: str, session: str, request: SummaryRequest, summarizer: Summarizer, whose: Any
     ) -> None:
         try:
             result = await asyncio.wait_for(summarizer.summarize(request), self.timeout)
@@ -146,7 +154,7 @@ class PreparedSummaries:
             self._lose(session, "failed")
             self.counted("failed")
             return
-        self.spent(result.input_tokens, result.output_tokens)
+        self.spent(tenant, session, whose, result.input_tokens, result.output_tokens)
         if result.fallback_reason is not None or not result.text.strip():
             self._lose(session, "failed")
             self.counted("failed")
@@ -218,6 +226,7 @@ class PreparedSummaries:
         model: Summarizer,
         dry_run: Callable[[Checkpoint], Awaitable[SummaryRequest | None]],
         prepare_at: float,
+        whose: Any = None,
     ) -> asyncio.Task[None] | None:
         """Past the prepare mark, between compaction points: the next point's summary request
         (a dry run of the policy, in the background) goes to the summarizer."""
@@ -245,7 +254,7 @@ class PreparedSummaries:
             if request is None or not request.covered_digests or self.running(session):
                 return
             if await self._claim(tenant, session, request):
-                self.start(tenant, session, request, model)
+                self.start(tenant, session, request, model, whose)
 
         task = asyncio.ensure_future(prepare())
         self._dry_runs[session] = task
@@ -294,6 +303,15 @@ class PreparedSummaries:
         if job is not None:
             await asyncio.wait({job.done}, timeout=self.timeout)
 
+    async def settle_all(self, session: str) -> None:
+        """``settle`` every session kept under ``session`` (the proxy's id: one per policy,
+        ``<session>:<policy>``), one after another: what the events API waits for when asked
+        (``x-compaction-prepared: wait``), so that a replay reads every preparation's event."""
+        prefix = session + ":"
+        names = {*self._dry_runs, *self.queue.sessions()}
+        for name in sorted(n for n in names if n == session or n.startswith(prefix)):
+            await self.settle(name)
+
     async def drain(self) -> None:
         await self.queue.drain()
 
@@ -310,9 +328,12 @@ class NeverWaiting:
         model: Summarizer,
         wait: bool = False,
         may_prepare: bool = True,
+        whose: Any = None,
     ) -> None:
         """``wait``: settle the session's preparation in flight first (the replay's header);
-        ``may_prepare``: whether this point may prepare the next one (``answered.py``)."""
+        ``may_prepare``: whether this point may prepare the next one (``answered.py``);
+        ``whose``: what this request says of its session, for the preparations it starts."""
+        self.whose = whose
         self.wait = wait
         self.may_prepare = may_prepare
         self.summaries = summaries
@@ -336,7 +357,7 @@ class NeverWaiting:
         # A preparation running is kept (it covers a prefix of the next point's range); one
         # still waiting gives way to this point's range, newer and as cheap to make.
         if state != "running" and self.may_prepare:
-            self.summaries.start(self.tenant, self.session, request, self.model)
+            self.summaries.start(self.tenant, self.session, request, self.model, self.whose)
         return SummaryResult(text="", model="ledger", prompt_family="ledger", prepared=why)
 
 
@@ -349,31 +370,3 @@ class Capture:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.request = request
         return SummaryResult(text="", model="ledger", prompt_family="ledger")
-
-
-def make_prepared(
-    settings: Settings, counter: TokenCounter, metrics: Metrics, store: object | None
-) -> PreparedSummaries | None:
-    """Summaries prepared ahead, with a model summarizer and ``summarizer.prepare_at`` set;
-    ``store``: shared with the other processes on it (replicas on Redis, workers)."""
-    summarizer = settings.summarizer
-    if summarizer.kind != "openai" or summarizer.prepare_at is None:
-        return None
-
-    def spent(input_tokens: int, output_tokens: int) -> None:
-        metrics.prepared_summary_tokens.labels("input").inc(input_tokens)
-        metrics.prepared_summary_tokens.labels("output").inc(output_tokens)
-
-    return PreparedSummaries(
-        max_tokens=summarizer.max_output_tokens,
-        count=lambda text: counter.count_text(text, settings.tokens.default_encoding),
-        concurrency=summarizer.prepare_concurrency,
-        queue=summarizer.prepare_queue,
-        timeout=summarizer.timeout,
-        max_sessions=settings.sessions.max_sessions,
-        counted=lambda result: metrics.prepared_summaries.labels(result).inc(),
-        missed=lambda reason: metrics.prepared_summaries_missed.labels(reason).inc(),
-        depth=metrics.prepared_summaries_queued.set,
-        shared=make_prepared_store(store) if store is not None else None,
-        spent=spent,
-    )

@@ -5,10 +5,13 @@ its resolved configuration; prompt family and version; trigger, threshold and wi
 covered range of the client's messages and the digest of its content; tokens and messages
 before and after; handles offloaded; the summary's hash and the summarizer's model, tokens,
 seconds and any fallback; the read_tool_output rounds with their usage), plus the session
-checkpoint that produced the view. At a compaction point the event also holds the view itself
-(compressed); between points the checkpoint and the client's history (which the agent keeps,
-or a recorded trace) rebuild it with ``policies.sticky.apply_checkpoint``; the outputs its
-handles name are in the store.
+checkpoint that produced the view. The observer adds the compaction's own cost
+(``compaction_cost``: the summarizer's tokens of this point, apart from the prompt; a summary
+prepared ahead has an event of its own, ``kind: "preparation"``, made by
+``proxy/telemetry/compaction_cost.py``: an event with a ``kind`` is no request's). At a
+compaction point the event also holds the view itself (compressed); between points the
+checkpoint and the client's history (which the agent keeps, or a recorded trace) rebuild it
+with ``policies.sticky.apply_checkpoint``; the outputs its handles name are in the store.
 
 Events are written to the store (tenant-scoped) and, when configured, appended as JSON lines
 to a file. They never hold API keys; the summary text and placeholders in the checkpoint are

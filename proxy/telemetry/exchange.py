@@ -94,6 +94,9 @@ class Exchange:
     context_retry: dict[str, Any] | None = None
     # The client's own X-Session-Id as it sent it (the event shows it beside the proxy's id).
     client_session: bytes | None = None
+    # The compaction's own cost (proxy/telemetry/compaction_cost.py): the summarizer's tokens
+    # of this point and of the session's preparations since its last request; None: none.
+    compaction_cost: dict[str, Any] | None = None
 
     def mark_responded(self) -> None:
         self.responded = True

@@ -80,6 +80,7 @@ class Metrics:
     prepared_summaries_missed: Counter
     prepared_summaries_queued: Gauge
     summary_wait_seconds: Histogram
+    compaction_tokens: Counter
     shadow_compares: Counter
     canary_requests: Counter
     canary_tokens: Counter
@@ -291,6 +292,14 @@ class Metrics:
             "compaction_proxy_summary_wait_seconds",
             "How long a compaction point waited for its summary (the agent's step waits with it).",
             buckets=(0.0001, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5, 30, 120),
+            registry=r,
+        )
+        self.compaction_tokens = Counter(
+            "compaction_proxy_compaction_tokens",
+            "The compaction's own tokens (the summarizer's, apart from the prompt), by kind "
+            "(input, output), source (point: a summary made at a compaction point; preparation: "
+            "summaries prepared ahead, used or not) and arm (treated, holdout; none outside canary mode).",
+            ("kind", "source", "arm"),
             registry=r,
         )
 

@@ -6,16 +6,22 @@ the client named it with, where it sent one (events recorded before it was kept 
 figures are the sums over its events: requests the policy did nothing to are counted only
 when ``events.record_skipped`` records them, so before a session's first compaction point the
 figures start at its first event.
+
+Its cost figures: ``prompt_savings_usd``, the prompt tokens saved at the model's input price;
+``compaction_cost_usd``, the compaction's own cost (the summarizer's tokens, of its points and
+its preparations, ``proxy/telemetry/compaction_cost.py``) at the summarizer model's prices; and
+``savings_usd``, what was saved net of it (the first less the second).
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.config.sections import ModelSettings
 from proxy.state.session_rollup import merge, rollup
+from proxy.telemetry.compaction_cost import priced_usd
 
 
 class PriceColumn:
@@ -38,10 +44,32 @@ class PriceColumn:
         return found if found is not None else self._default
 
 
-def priced(rows: Iterable[Mapping[str, Any]], prices: PriceColumn) -> list[dict[str, Any]]:
+class SummarizerPrices(NamedTuple):
+    """The summarizer model's input and output prices (US dollars per million tokens, or None):
+    what the compaction's own tokens cost."""
+
+    input: float | None = None
+    output: float | None = None
+
+    @classmethod
+    def of(cls, models: Mapping[str, ModelSettings], model: str) -> SummarizerPrices:
+        output = PriceColumn(models, "output_price").per_million(model)
+        return cls(PriceColumn(models).per_million(model), output)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def priced(
+    rows: Iterable[Mapping[str, Any]], prices: PriceColumn, summarizer: SummarizerPrices | None = None
+) -> list[dict[str, Any]]:
     """Session rollups (``proxy.state.session_rollup``) as the list shows them: the tokens saved
-    per model priced (``savings_usd``: None when no model has a price), the per-model figures
-    dropped."""
+    per model priced (``prompt_savings_usd``: None when no model has a price), the compaction's
+    own tokens at the summarizer's prices (``compaction_cost_usd``: None when it spent some and
+    has no price), the savings net of it (``savings_usd``: None when either is unknown), the
+    per-model figures dropped."""
+    summarizer = summarizer or SummarizerPrices()
     shown: list[dict[str, Any]] = []
     for kept in rows:
         row = {k: v for k, v in kept.items() if k != "saved_by_model"}
@@ -50,13 +78,21 @@ def priced(rows: Iterable[Mapping[str, Any]], prices: PriceColumn) -> list[dict[
             price = prices.per_million(model)
             if price is not None:
                 savings = (savings or 0.0) + int(tokens) * price / 1e6
-        row["savings_usd"] = None if savings is None else round(savings, 6)
+        row["compaction_input_tokens"] = own_input = int(kept.get("compaction_input_tokens") or 0)
+        row["compaction_output_tokens"] = own_output = int(kept.get("compaction_output_tokens") or 0)
+        own = priced_usd(own_input, own_output, summarizer.input, summarizer.output)
+        row["prompt_savings_usd"] = _rounded(savings)
+        row["compaction_cost_usd"] = _rounded(own)
+        row["savings_usd"] = _rounded(None if savings is None or own is None else savings - own)
         shown.append(row)
     return shown
 
 
 def summarize_sessions(
-    events: Iterable[Mapping[str, Any]], prices: PriceColumn, limit: int = 50
+    events: Iterable[Mapping[str, Any]],
+    prices: PriceColumn,
+    limit: int = 50,
+    summarizer: SummarizerPrices | None = None,
 ) -> list[dict[str, Any]]:
     """The ``limit`` sessions with the newest events, newest first: the same rollups a store
     keeps as it writes events, summed here from the events themselves."""
@@ -65,4 +101,4 @@ def summarize_sessions(
         key = str(event.get("session", ""))
         rows[key] = merge(rows.get(key), rollup(key, event))
     ordered = sorted(rows.values(), key=lambda r: r["last"], reverse=True)[:limit]
-    return priced(ordered, prices)
+    return priced(ordered, prices, summarizer)

@@ -7,7 +7,21 @@ from typing import Any
 
 from replay.report.cost_figures import per_successful_answer
 
-COST_HEADER = ["cache hit", "effective cost (mean/case)", "vs full"]
+# The effective cost is the prompt's and the compaction's own (the summarizer's tokens of its
+# points and its preparations, at the summarizer's prices), each shown apart; what is saved
+# against the full arm is net of the compaction's own.
+COST_HEADER = [
+    "cache hit",
+    "prompt cost (mean/case)",
+    "compaction's own cost (mean/case)",
+    "effective cost (mean/case)",
+    "saved vs full, net (mean/case)",
+    "vs full",
+]
+
+
+def _tokens(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def cost_cells(arm: dict[str, Any]) -> list[str]:
@@ -17,7 +31,11 @@ def cost_cells(arm: dict[str, Any]) -> list[str]:
     share, versus = cost.get("cache_hit_share"), cost.get("effective_vs_full")
     return [
         "n/a" if share is None else f"{share:.0%}",
-        f"{cost['effective_input_tokens_mean']:,.0f}",
+        # A results.json written before the split has only the total (n/a for the parts).
+        _tokens(cost.get("prompt_effective_tokens_mean")),
+        _tokens(cost.get("compaction_effective_tokens_mean")),
+        _tokens(cost["effective_input_tokens_mean"]),
+        _tokens(cost.get("saved_vs_full_mean")),
         "n/a" if versus is None else f"{versus:.2f}",
     ]
 
@@ -55,11 +73,14 @@ def cost_note(results: dict[str, Any]) -> str:
     writes = f" + cache writes x {rates['cache_write']}" if note["rule"] == "anthropic" else ""
     text = (
         f"Cost: prompt caching simulated with {_rule(note)}. Effective cost in full-price input "
-        f"tokens (rates from prices {note['prices_from']}): uncached prompt tokens + cached x "
-        f"{rates['cached_input']}{writes} + summarizer input x {rates['summarizer_input']} + "
-        f"summarizer output x {rates['summarizer_output']}, over every step of the case, mean per "
-        "case; vs full = ratio to the full arm's; cache hit = cached / prompt tokens. Prefixes are "
-        "compared in whole messages, so a rewritten message misses from its first token."
+        f"tokens (rates from prices {note['prices_from']}): the prompt cost (uncached prompt "
+        f"tokens + cached x {rates['cached_input']}{writes}) plus the compaction's own cost (the "
+        "summarizer's tokens of its points and of its preparations, used or not: input x "
+        f"{rates['summarizer_input']} + output x {rates['summarizer_output']}), over every step "
+        "of the case, mean per case; saved vs full = the full arm's effective cost less the arm's, "
+        "so net of the compaction's own cost; vs full = ratio to the full arm's; cache hit = "
+        "cached / prompt tokens. Prefixes are compared in whole messages, so a rewritten message "
+        "misses from its first token."
     )
     if note.get("missing"):
         text += f" Cost n/a: {note['missing']}."

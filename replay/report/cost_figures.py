@@ -70,17 +70,18 @@ def arm_cost(
     summarizer_output: int = 0,
 ) -> dict[str, Any]:
     """An arm's cost over its case sessions: prompt tokens read from the cache or not (steps and
-    their read rounds), the summarizer's tokens, and the effective cost in full-price input
-    tokens; answering (model arms) apart, for the cost per successful answer."""
+    their read rounds), the summarizer's tokens (the compaction's own cost: its points' and its
+    preparations', used or not), and the effective cost in full-price input tokens, the
+    prompt's and the compaction's own apart too; answering (model arms) apart, for the cost per
+    successful answer."""
     tallies = Tallies()
     for shapes in sessions:
         tallies.add_session(shapes, model.rule, model.horizon, model.client_breakpoint, model.ttl_seconds)
     rates, trajectory, reads = model.rates, tallies.trajectory, tallies.read_rounds
-    effective = (
-        trajectory.effective(rates)
-        + summarizer_input * rates.summarizer_input
-        + summarizer_output * rates.summarizer_output
-    )
+    prompt = trajectory.effective(rates)
+    # The compaction's own cost, at the summarizer model's prices.
+    own = summarizer_input * rates.summarizer_input + summarizer_output * rates.summarizer_output
+    effective = prompt + own
     figures: dict[str, Any] = {
         "requests": trajectory.requests,
         "prompt_tokens": trajectory.prompt,
@@ -95,9 +96,14 @@ def arm_cost(
             "cached": reads.cached,
             "output": reads.output,
         },
+        "prompt_effective_tokens": round(prompt, 1),
+        "prompt_effective_tokens_mean": round(prompt / cases, 1) if cases else 0.0,
+        "compaction_effective_tokens": round(own, 1),
+        "compaction_effective_tokens_mean": round(own / cases, 1) if cases else 0.0,
         "effective_input_tokens": round(effective, 1),
         "effective_input_tokens_mean": round(effective / cases, 1) if cases else 0.0,
         "effective_vs_full": None,
+        "saved_vs_full_mean": None,
     }
     answering = tallies.answering
     if answering.requests:
@@ -112,14 +118,22 @@ def arm_cost(
 
 
 def compare_to_full(arms: dict[str, dict[str, Any]]) -> None:
-    """Set each arm's ``cost.effective_vs_full`` (its effective cost over the full arm's)."""
+    """Set each arm's ``cost.effective_vs_full`` (its effective cost over the full arm's) and
+    ``cost.saved_vs_full_mean`` (the full arm's mean effective cost per case less its own:
+    net of the compaction's own cost, which its effective cost holds)."""
     full = (arms.get("full") or {}).get("cost") or {}
     reference = full.get("effective_input_tokens")
+    reference_mean = full.get("effective_input_tokens_mean")
     for figures in arms.values():
         cost = figures.get("cost")
         if cost is not None:
             cost["effective_vs_full"] = (
                 round(cost["effective_input_tokens"] / reference, 4) if reference else None
+            )
+            cost["saved_vs_full_mean"] = (
+                round(reference_mean - cost["effective_input_tokens_mean"], 1)
+                if reference_mean is not None
+                else None
             )
 
 

@@ -8,7 +8,8 @@ Schema (version 1; every count is an integer):
 - ``arms``: ``{NAME: {requests, protocol_violations, errors, tokens_before_mean,
   tokens_after_mean, tokens_before_p95, tokens_after_p95, tokens_before_peak,
   tokens_after_peak, reduction, compaction_events, summarizer_calls, summarizer_model_calls,
-  summarizer_input_tokens, summarizer_output_tokens, summarizer, prefix_stability,
+  summarizer_input_tokens, summarizer_output_tokens (the compaction's own: its points' and its
+  preparations', from the events' ``compaction_cost``), summarizer, prefix_stability,
   survival: {KIND: {visible, recoverable, lost}}, survival_all, accuracy}}``.
   ``reduction`` is 1 - sum(after) / sum(before) over all step requests. ``prefix_stability``
   is the share of consecutive requests, with no compaction point between them, whose view
@@ -20,10 +21,13 @@ Schema (version 1; every count is an integer):
   ``cost`` (``replay.report.cost_figures``; null in shadow mode, or when a part holds no request
   shapes): ``{requests, prompt_tokens, cached_tokens, uncached_tokens, cache_write_tokens,
   cache_hit_share, summarizer_tokens: {input, output}, read_round_tokens: {requests, input,
-  cached, output}, effective_input_tokens, effective_input_tokens_mean, effective_vs_full}``
+  cached, output}, prompt_effective_tokens(_mean), compaction_effective_tokens(_mean),
+  effective_input_tokens, effective_input_tokens_mean, effective_vs_full, saved_vs_full_mean}``
   over the steps (and their read rounds) of every case, prompt caching simulated per case
-  session; effective figures are in full-price input tokens, ``_mean`` per case, ``_vs_full``
-  the ratio to the full arm's. With model arms also ``answering: {requests, prompt_tokens,
+  session; effective figures are in full-price input tokens (the prompt's plus the
+  compaction's own: ``summarizer_tokens`` at the summarizer's rates), ``_mean`` per case,
+  ``_vs_full`` the ratio to the full arm's, ``saved_vs_full_mean`` the full arm's mean less
+  this arm's (net of the compaction's own cost). With model arms also ``answering: {requests, prompt_tokens,
   cached_tokens, output_tokens, effective_input_tokens}`` and, once graded
   (``refresh_per_successful_answer``), ``per_successful_answer: {runs, graded, correct,
   effective_input_tokens}``. ``run.cost`` names the rule, horizon and rates, or what is missing.

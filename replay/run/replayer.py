@@ -34,6 +34,7 @@ from replay.questions.state_contract import stale_presented
 from replay.recording.cases import Case
 from replay.run.loading import Loaded
 from replay.run.parts import CasePart, WorkItem, part_path, write_part
+from replay.run.session_events import add_cost, add_decisions, read_session_events
 from replay.run.shards import Shard
 from replay.session.answers import AnswerRun, answer_question
 from replay.session.clock import CLOCK_HEADER, step_times
@@ -176,54 +177,32 @@ class Replayer:
             self.on_progress()
         await self.record_events(part, session)
         await self.ask_questions(arm, case, session, part)
+        await self.record_cost(part, session)
         part.requests = self.upstream.take_session(session)
         self.clock.pop(session, None)
         part.seconds = round(time.perf_counter() - started, 3)
         return part
 
+    async def session_events(self, part: CasePart, session: str, expected: int = 0) -> list[dict[str, Any]]:
+        """The session's events once its preparations are done (``session_events.py``)."""
+        token = self.options.admin_token or REPLAY_KEY
+        tenant = self.tenant if self.options.admin_token else None
+        found = await read_session_events(self.http, self.proxy_url, session, token, tenant, expected)
+        if isinstance(found, str):
+            part.errors.append(found)
+            return []
+        return found
+
     async def record_events(self, part: CasePart, session: str) -> None:
-        """Compaction events and summarizer calls of the session, from the proxy's events."""
-        expected = sum(1 for t in part.triggers if t)
-        events: list[dict[str, Any]] = []
-        params: dict[str, str | int] = {"session": session, "limit": 1000}
-        headers = {"authorization": f"Bearer {REPLAY_KEY}"}
-        if self.options.admin_token:
-            headers = {"authorization": f"Bearer {self.options.admin_token}"}
-            params["tenant"] = self.tenant
-        # Events are written in the background: wait briefly for the last ones.
-        for _ in range(40):
-            response = await self.http.get(
-                self.proxy_url + "/v1/compaction/events", params=params, headers=headers
-            )
-            if response.status_code != 200:
-                part.errors.append(f"events: HTTP {response.status_code}")
-                return
-            events = response.json().get("data") or []
-            if sum(1 for e in events if e.get("trigger")) >= expected:
-                break
-            await asyncio.sleep(0.05)
-        for event in events:
-            if event.get("trigger"):
-                part.compaction_events += 1
-                summary_hash = (event.get("summary") or {}).get("hash")
-                part.decisions.append(
-                    {
-                        "trigger": event["trigger"],
-                        "covered": (event.get("parent_range") or {}).get("messages"),
-                        "handles": sorted(event.get("handles_offloaded") or []),
-                        "summary_hash": summary_hash,
-                        "tokens_after": event.get("tokens_after"),
-                    }
-                )
-            summary = event.get("summary")
-            if isinstance(summary, dict) and event.get("trigger"):
-                part.summaries += 1
-                model = summary.get("model") or "?"
-                part.summary_kinds.append(str(model))
-                if model != "ledger":
-                    part.summarizer_model_calls += 1
-                    part.summarizer_input_tokens += int(summary.get("input_tokens") or 0)
-                    part.summarizer_output_tokens += int(summary.get("output_tokens") or 0)
+        """Compaction points and the summaries they used, from the proxy's events of the
+        session's steps (their summarizer tokens: ``record_cost``)."""
+        add_decisions(part, await self.session_events(part, session, sum(1 for t in part.triggers if t)))
+
+    async def record_cost(self, part: CasePart, session: str) -> None:
+        """The summarizer's tokens of the session, read once the case is done, its questions
+        too (a question past the prepare mark prepares like a step): every call the proxy made
+        to the summarizer for the session (``session_events.add_cost``)."""
+        add_cost(part, await self.session_events(part, session))
 
     async def read_output(self, handle: str) -> str | None:
         stored = await self.store.get_output(self.tenant, handle)

@@ -297,3 +297,43 @@ def test_shadow_mode_measures_what_a_shadow_deployment_records(tmp_path: Path) -
     # Views are only seen at question points (captured in enforce mode): no prefix figure.
     assert improved["prefix_stability"] is None
     assert sum(improved["survival_all"].values()) == sum(results["arms"]["full"]["survival_all"].values()) > 0
+
+
+BILLED = (1_000, 100)  # what each call of the fake summarizer bills
+
+
+def billed_summary(_: Recorded) -> Reply:
+    body = completion("The agent ran the scripted checks one by one; each printed its log.", model="small")
+    body["usage"] = {"prompt_tokens": BILLED[0], "completion_tokens": BILLED[1], "total_tokens": sum(BILLED)}
+    return Reply(body=body)
+
+
+def test_the_summarizer_tokens_are_every_call_the_summarizer_billed(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """With a model summarizer preparing ahead, the replay's summarizer tokens are what the
+    summarizer billed in all: a preparation that finishes after a session's last step (or one
+    a question started) is read too, because the replay reads the events once the proxy has
+    settled the session's preparations (``x-compaction-prepared: wait``)."""
+    upstream.queue(*[Reply(dynamic=billed_summary) for _ in range(2000)])
+    config = tmp_path / "replay.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "arms": ["improved"],
+                "context_window": 8000,
+                "summarizer_model": {"base_url": upstream.base_url, "model": "small", "timeout": 60},
+            }
+        )
+    )
+    out = tmp_path / "run"
+    demo = ROOT / "replay" / "data" / "demo.jsonl"
+    done = replay("run", "--input", str(demo), "--out", str(out), "--replay-config", str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    improved = orjson.loads((out / "results.json").read_bytes())["arms"]["improved"]
+    calls = len(upstream.requests)
+    assert calls > improved["summarizer_model_calls"]  # preparations, used or not, beyond the points'
+    assert (improved["summarizer_input_tokens"], improved["summarizer_output_tokens"]) == (
+        calls * BILLED[0],
+        calls * BILLED[1],
+    )

@@ -47,6 +47,15 @@ def test_an_arm_cost_from_its_parts_and_against_the_full_arm() -> None:
     }
     compare_to_full(arms)
     full, window, stable = (arms[name]["cost"] for name in ("full", "window", "stable"))
+    # The compaction's own cost, at the summarizer's rates, apart from the prompt's and in the total.
+    assert stable["compaction_effective_tokens"] == 400 * model.rates.summarizer_input
+    assert (
+        stable["effective_input_tokens"]
+        == stable["prompt_effective_tokens"] + stable["compaction_effective_tokens"]
+    )
+    # Saved against the full arm is net of it.
+    saved = full["effective_input_tokens_mean"] - stable["effective_input_tokens_mean"]
+    assert stable["saved_vs_full_mean"] == round(saved, 1) and full["saved_vs_full_mean"] == 0.0
     assert full["requests"] == window["requests"] == 12 and stable["requests"] == 9
     # The sliding window sends fewer tokens than the full history, but only its head is cached.
     assert window["prompt_tokens"] < full["prompt_tokens"]
@@ -99,10 +108,22 @@ def test_the_reports_show_cost_beside_reduction() -> None:
     data["run"]["cost"] = cost_run_note(model, data["arms"])
     summary = summary_markdown(data)
     header = next(line for line in summary.splitlines() if line.startswith("| arm |"))
-    assert "| reduction | cache hit | effective cost (mean/case) | vs full |" in header
-    share = f"{cut['cost']['cache_hit_share']:.0%}"
-    mean = f"{cut['cost']['effective_input_tokens_mean']:,.0f}"
-    assert f"| cut | 10 | 1,000 | 500 / 1,200 / 1,300 | 50.0% | {share} | {mean} | " in summary
+    columns = (
+        "| reduction | cache hit | prompt cost (mean/case) | compaction's own cost (mean/case) "
+        "| effective cost (mean/case) | saved vs full, net (mean/case) | vs full |"
+    )
+    assert columns in header
+    figures = cut["cost"]
+    share = f"{figures['cache_hit_share']:.0%}"
+    prompt, own = (
+        f"{figures['prompt_effective_tokens_mean']:,.0f}",
+        f"{figures['compaction_effective_tokens_mean']:,.0f}",
+    )
+    mean, saved = f"{figures['effective_input_tokens_mean']:,.0f}", f"{figures['saved_vs_full_mean']:,.0f}"
+    cells = (
+        f"| cut | 10 | 1,000 | 500 / 1,200 / 1,300 | 50.0% | {share} | {prompt} | {own} | {mean} | {saved} | "
+    )
+    assert cells in summary
     assert "Cost: prompt caching simulated with the OpenAI rule" in summary
     assert "cached x 0.5" in summary
     page = report_html(data)

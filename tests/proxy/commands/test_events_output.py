@@ -73,13 +73,26 @@ def test_piped_it_prints_json_lines_newest_first(tmp_path: Path, capsys: pytest.
 def test_the_table_on_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = event(9, client_session=None, session="s_0123456789abcdef0123:sre", policy="sre")
     other.pop("client_session")
-    path = store_with(tmp_path, [event(1), other])
+    own = {"input_tokens": 12_000, "output_tokens": 900}
+    path = store_with(tmp_path, [event(1, compaction_cost=own), other])
     assert main(["events", "--config", path, "--table"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = ["TIME", "SESSION", "POLICY", "TRIGGER", "TOKENS", "BEFORE", "->", "AFTER", "READS", "OFFLOADED"]
-    assert lines[0].split() == header
-    assert lines[1].split()[2:] == ["s_01234567…", "sre", "threshold", "120,009", "->", "30,000", "1", "2"]
-    assert lines[2].split()[2:] == ["run-1", "improved", "threshold", "120,001", "->", "30,000", "1", "2"]
+    assert lines[0].split() == [*header, "OWN", "TOKENS"]
+    assert lines[1].split()[2:] == [
+        "s_01234567…",
+        "sre",
+        "threshold",
+        "120,009",
+        "->",
+        "30,000",
+        "1",
+        "2",
+        "-",
+    ]
+    # The compaction's own cost: the summarizer's input/output tokens, apart from the prompt.
+    row_1 = ["run-1", "improved", "threshold", "120,001", "->", "30,000", "1", "2", "12,000/900"]
+    assert lines[2].split()[2:] == row_1
     assert lines[1].split()[:2] == time.strftime("%m-%d %H:%M:%S", time.localtime(T0 + 9)).split()
     # Every row lines up under the header.
     assert lines[0].index("POLICY") == lines[1].index("sre") == lines[2].index("improved")
@@ -152,3 +165,11 @@ def test_events_where_no_proxy_ran_says_so_and_leaves_nothing_behind(
     assert main(["events"]) == 1
     assert "no store at var/compaction.db" in capsys.readouterr().err
     assert not (tmp_path / "var").exists()
+
+
+def test_a_preparations_own_event_is_a_row_that_says_so() -> None:
+    from proxy.commands.events_table import row
+
+    prepared = {"time": T0, "session": "s_1:improved", "policy": "improved", "kind": "preparation"}
+    prepared["compaction_cost"] = {"input_tokens": 1_000, "output_tokens": 100}
+    assert row(prepared)[2:] == ["improved", "prepared", "- -> -", "0", "0", "1,000/100"]

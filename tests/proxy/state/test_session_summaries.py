@@ -29,6 +29,9 @@ def event(i: int, session: str, **more: Any) -> dict[str, Any]:
         "trigger": "threshold" if i % 4 == 0 else None,
         "read_tool_output": {"reads": [{"handle": "h"}]} if i % 5 == 0 else None,
         "client_session": "run" if i > 3 else None,
+        # The compaction's own tokens, on some events (their sessions' totals sum them).
+        "compaction_cost": {"input_tokens": 100 * i, "output_tokens": i} if i % 3 == 0 else None,
+        "arm": "treated" if i % 2 else None,
         **more,
     }
 
@@ -52,6 +55,11 @@ async def test_the_kept_summaries_are_the_events_summed(tmp_path: Path) -> None:
     await add_all(store, "t_b", [event(99, "s_x:full")])
     kept = priced(await store.sessions("t_a", limit=5), PRICES)
     assert kept == summarize_sessions(events, PRICES, limit=5)
+    three = next(row for row in kept if row["session"] == "s_3:improved")
+    spent = [e for e in events if e["session"] == "s_3:improved" and e["compaction_cost"]]
+    assert spent
+    assert three["compaction_input_tokens"] == sum(e["compaction_cost"]["input_tokens"] for e in spent)
+    assert three["compaction_output_tokens"] == sum(e["compaction_cost"]["output_tokens"] for e in spent)
     assert [row["session"] for row in priced(await store.sessions(None, limit=2), PRICES)] == [
         "s_x:full",
         "s_3:improved",
@@ -108,4 +116,31 @@ async def test_control_reads_run_on_their_own_thread_and_read_one_row_a_session(
         lambda db: db.execute("SELECT count(*) FROM session_summaries WHERE tenant = 't_a'").fetchone()[0]
     )
     assert read_rows == 40  # one summary a session, however many events
+    await store.close()
+
+
+async def test_a_preparations_own_event_adds_its_tokens_but_no_request_or_point(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    requests = [event(i, "s_1:improved", compaction_cost=None, arm="treated") for i in (4, 5, 6)]
+    preparation = {
+        "event_id": "e_prep",
+        "kind": "preparation",  # proxy/telemetry/compaction_cost.py: after the last request
+        "session": "s_1:improved",
+        "time": 7.0,
+        "policy": "improved",
+        "model": "gpt-4o",
+        "trigger": None,
+        "request": None,
+        "arm": "treated",
+        "compaction_cost": {"input_tokens": 700, "output_tokens": 70},
+    }
+    await add_all(store, "t_a", [*requests, preparation])
+    (kept,) = await store.sessions("t_a")
+    (alone,) = summarize_sessions(requests, PRICES)
+    assert kept["events"] == alone["events"] == 3 and kept["requests"] == alone["requests"]
+    for name in ("compaction_points", "tokens_saved", "reads"):
+        assert kept[name] == alone[name]
+    assert (kept["compaction_input_tokens"], kept["compaction_output_tokens"]) == (700, 70)
+    assert kept["arm"] == "treated" and kept["model"] == "gpt-4o"
+    assert priced([kept], PRICES) == summarize_sessions([*requests, preparation], PRICES)
     await store.close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config.sections import ModelSettings
-from proxy.telemetry.session_summary import PriceColumn, summarize_sessions
+from proxy.state.session_rollup import merge, rollup
+from proxy.telemetry.session_summary import PriceColumn, SummarizerPrices, summarize_sessions
 
 PRICES = PriceColumn(
     {
@@ -74,3 +75,44 @@ def test_a_row_carries_the_clients_own_session_id() -> None:
     rows = {row["session"]: row for row in summarize_sessions(events, PRICES)}
     assert rows["s_a:improved"]["client_session"] == "run-1"
     assert rows["s_b:improved"]["client_session"] is None
+
+
+def test_the_savings_are_net_of_the_compaction_own_cost() -> None:
+    """The summarizer's tokens, of points and preparations, are summed per session, priced at
+    the summarizer model's prices and taken off what the prompt tokens saved."""
+    own = {"input_tokens": 100_000, "output_tokens": 10_000}
+    events = [
+        event("s_d:improved", 1.0, 9000, 3000, trigger="threshold", compaction_cost=own, arm="treated"),
+        event("s_d:improved", 2.0, 9500, 3500, compaction_cost={"input_tokens": 50_000, "output_tokens": 0}),
+        event("s_e:improved", 3.0, 100, 100),  # a row with no own cost: 0 tokens, 0 dollars
+    ]
+    rows = {
+        r["session"]: r for r in summarize_sessions(events, PRICES, summarizer=SummarizerPrices(0.15, 0.6))
+    }
+    d = rows["s_d:improved"]
+    assert (d["compaction_input_tokens"], d["compaction_output_tokens"], d["arm"]) == (
+        150_000,
+        10_000,
+        "treated",
+    )
+    gross = 12_000 * 2.5 / 1e6
+    spent = (150_000 * 0.15 + 10_000 * 0.6) / 1e6
+    assert d["prompt_savings_usd"] == round(gross, 6) and d["compaction_cost_usd"] == round(spent, 6)
+    assert d["savings_usd"] == round(gross - spent, 6)
+    e = rows["s_e:improved"]
+    assert (e["compaction_cost_usd"], e["savings_usd"], e["arm"]) == (0.0, 0.0, None)
+
+
+def test_an_unpriced_summarizer_leaves_the_net_savings_unknown() -> None:
+    events = [event("s_f:improved", 1.0, 900, 300, compaction_cost={"input_tokens": 10, "output_tokens": 1})]
+    (row,) = summarize_sessions(events, PRICES)
+    assert row["prompt_savings_usd"] == round(600 * 2.5 / 1e6, 6)
+    assert row["compaction_cost_usd"] is None and row["savings_usd"] is None
+
+
+def test_a_row_kept_before_the_own_cost_was_summed_merges_as_zero() -> None:
+    old = rollup("s_g:improved", event("s_g:improved", 1.0, 900, 300))
+    for name in ("compaction_input_tokens", "compaction_output_tokens", "arm"):
+        del old[name]
+    new = rollup("s_g:improved", event("s_g:improved", 2.0, 900, 300, compaction_cost={"input_tokens": 7}))
+    assert merge(old, new)["compaction_input_tokens"] == 7
