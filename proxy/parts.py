@@ -50,6 +50,7 @@ from proxy.summaries.summarizer import OpenAISummarizer
 from proxy.telemetry.compaction_cost import CompactionCost, Preparations, preparation_event
 from proxy.telemetry.events import EventSink, config_hash
 from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.session_summary import cache_price_shares
 from proxy.telemetry.shadow import ShadowComparer
 from proxy.telemetry.tracing import TraceExport, Tracer
 from proxy.upstream.pool import Upstream
@@ -235,7 +236,12 @@ def make_service(
         prepared=make_prepared(settings, counter, metrics, store if sessions.shared else None, preparations),
         prepare_at=settings.summarizer.prepare_at,
         answered=answered,
-        clock=PromptClock(settings.prompt_cache, settings.sessions.max_sessions, shared=sessions.shared),
+        clock=PromptClock(
+            settings.prompt_cache,
+            settings.sessions.max_sessions,
+            shared=sessions.shared,
+            model_shares=cache_price_shares(settings.models),
+        ),
     )
 
 

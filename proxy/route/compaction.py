@@ -367,7 +367,8 @@ class CompactionService:
                 wait = header_value(headers, b"x-compaction-prepared") == b"wait"
                 summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, whose)
             # The cache as this request finds it (the previous request's time, then this one's).
-            cache = self.clock.observe(session, door, headers) if self.clock is not None else None
+            clock = self.clock
+            cache = clock.observe(session, door, headers, compacted.model) if clock is not None else None
             outcome = await compute(checkpoint, summarizer, cache=cache)
             if prepared is not None and dry_run is not None and may_prepare:
                 task = prepared.after_request(

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from proxy.config.sections import ModelSettings
+from proxy.state.prompt_clock import ModelShares
 from proxy.state.session_rollup import merge, rollup
 from proxy.telemetry.compaction_cost import priced_usd
 
@@ -42,6 +43,23 @@ class PriceColumn:
             return self._default
         found = next((price for p, price in self._patterns if fnmatch.fnmatchcase(model, p)), None)
         return found if found is not None else self._default
+
+
+def cache_price_shares(models: Mapping[str, ModelSettings]) -> ModelShares:
+    """Each model's cache read and write prices as shares of its input price, from the
+    ``models`` table (None where a price is not set): what the prompt clock prices rewrites by."""
+    full, cached, written = (
+        PriceColumn(models, column) for column in ("input_price", "cached_input_price", "cache_write_price")
+    )
+
+    def shares(model: object) -> tuple[float | None, float | None]:
+        price = full.per_million(model)
+        if not price:
+            return None, None
+        read, write = cached.per_million(model), written.per_million(model)
+        return (None if read is None else read / price, None if write is None else write / price)
+
+    return shares
 
 
 class SummarizerPrices(NamedTuple):

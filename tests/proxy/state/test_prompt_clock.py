@@ -4,8 +4,12 @@ replicas share the sessions, bounded."""
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.config.prompt_cache import PromptCacheSettings
+from proxy.config.sections import ModelSettings
 from proxy.state.prompt_clock import PromptClock
+from proxy.telemetry.session_summary import cache_price_shares
 
 
 class FakeTime:
@@ -73,3 +77,23 @@ def test_the_clock_forgets_the_oldest_sessions_beyond_its_bound() -> None:
     assert forgotten is not None and forgotten.idle_seconds is None
     kept = clock.observe("c", "chat", [])
     assert kept is not None and kept.cold
+
+
+def test_a_models_own_prices_set_its_cache_shares() -> None:
+    """gpt-4.1 at $2 input and $0.50 cached reads at a quarter; a model the table prices not
+    keeps its door's default."""
+    models = {
+        "default": ModelSettings(window=128_000),
+        "gpt-4.1*": ModelSettings(input_price=2.0, cached_input_price=0.5),
+        "claude-*": ModelSettings(input_price=3.0, cached_input_price=0.3, cache_write_price=3.75),
+    }
+    clock = PromptClock(
+        PromptCacheSettings(), max_sessions=10, now=FakeTime(), model_shares=cache_price_shares(models)
+    )
+    priced = clock.observe("a", "chat", [], "gpt-4.1-mini")
+    assert priced is not None and (priced.read_price, priced.write_price) == (0.25, 1.0)
+    claude = clock.observe("c", "anthropic", [], "claude-sonnet-4")
+    assert claude is not None and claude.read_price == pytest.approx(0.1)
+    assert claude.write_price == pytest.approx(1.25)
+    unpriced = clock.observe("u", "chat", [], "local-coder")
+    assert unpriced is not None and unpriced.read_price == 0.5
