@@ -16,14 +16,11 @@ from typing import Any
 
 from policies.digests import Digests
 from policies.pipeline import Checkpoint, Policy, PolicyOutcome
-from policies.prompt_cache import PromptCache
 from policies.summarizer import SummaryRequest
 from policies.tokens import TokenCounter
-from proxy.dialects.agent_compaction import passes_as_sent
-from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.route.known_bodies import KnownBodies
 from proxy.route.known_prefix import KnownPrefixes
-from proxy.route.large_requests import LargeRequests, LargeWorker
+from proxy.route.large_requests import LargeRequests
 from proxy.route.session_checkpoints import SessionCheckpoints
 from proxy.state.prompt_clock import PromptClock
 from proxy.state.session_index import Resolution
@@ -36,7 +33,6 @@ from proxy.summaries.prepared import Capture, NeverWaiting, PreparedSummaries
 from proxy.summaries.summarizer import OpenAISummarizer
 from proxy.telemetry.compaction_cost import PreparedFor
 from proxy.telemetry.metrics import Metrics
-from proxy.wire.errors import ProxyError
 from proxy.wire.forwarding import header_value
 
 Headers = list[tuple[bytes, bytes]]
@@ -132,7 +128,7 @@ class CompactionService:
         # A policy without stages keeps no session state: named only if its events are recorded.
         return bool(policy.stages) or self.record_skipped
 
-    def _credential(
+    def credential(
         self, headers: Headers, client_origin: Origin | None, fallback: Fallback | None
     ) -> SummaryCredential:
         """What pays for this client's summary: the credential its own request uses upstream
@@ -215,122 +211,14 @@ class CompactionService:
             skipped=skipped,
             whose=whose,
         )
-        paid = self._credential(headers, client_origin, fallback)
-        compacted.outcome = await self._apply(
+        paid = self.credential(headers, client_origin, fallback)
+        compacted.outcome = await self.apply(
             effective, headers, tenant, session, resolution, compacted, compute, paid, dry_run, door=door
         )
         self.known.keep(known_key, messages, adopted, encoding, counter, digests, compacted.outcome.messages)
         return compacted
 
-    async def compact_large(
-        self,
-        body: bytes,
-        *,
-        dialect: str,
-        policy: Policy,
-        tenant: str,
-        headers: Headers,
-        client_origin: Origin | None = None,
-        restore: Callable[[list[Any]], Awaitable[Any]] | None = None,
-        fallback: Fallback | None = None,
-        target: Target = BODY_SAYS,
-        whose: PreparedFor | None = None,
-    ) -> Compacted:
-        """A large body: read, counted and compacted in a worker process (held for every phase:
-        it keeps the parsed body between them). ``restore``: the dialect's lookup of what its
-        ``restore`` hook puts back, when it could put anything back (it holds the state);
-        ``target``: what the request's path says, which the worker binds its adapter to."""
-        async with self.large.worker() as worker:
-            return await self._compact_in(
-                worker,
-                body,
-                dialect,
-                target,
-                policy,
-                tenant,
-                headers,
-                self._credential(headers, client_origin, fallback),
-                restore,
-                whose,
-            )
-
-    async def _compact_in(
-        self,
-        worker: LargeWorker,
-        body: bytes,
-        dialect: str,
-        target: Target,
-        policy: Policy,
-        tenant: str,
-        headers: Headers,
-        credential: SummaryCredential,
-        restore: Callable[[list[Any]], Awaitable[Any]] | None,
-        whose: PreparedFor | None,
-    ) -> Compacted:
-        explicit = header_value(headers, b"x-session-id")
-        inspected = await worker.inspect(
-            body,
-            dialect,
-            target,
-            tenant,
-            with_digests=self.keeps_session_state(policy) and not explicit,
-            headers=headers,
-            restore=restore,
-        )
-        if inspected.error is not None:
-            status, message, param = inspected.error
-            raise ProxyError(status, message, param=param)
-        model = inspected.model
-        skipped, notes = inspected.skipped, dict(inspected.notes)
-        if inspected.agent is not None:
-            window = self.windows.window_for(model)
-            skipped, notes["agent_compaction"] = passes_as_sent(
-                inspected.agent, inspected.agent_tokens, window, inspected.requested
-            )
-        skip = skipped is not None
-        effective = without_stages(policy) if skip else policy
-        resolution = (
-            await self.checkpoints.resolve(headers, inspected.root, tenant, policy.name, inspected.digests)
-            if self.keeps_session_state(effective)
-            else None
-        )
-        session = resolution.session + ":" + policy.name if resolution else ""
-        encoding = self.counter.encoding_for(model)
-        window = self.windows.window_for(model)
-        compacted = Compacted(
-            outcome=PolicyOutcome(None, 0, 0),
-            session=session,
-            messages=inspected.messages,
-            model=model,
-            skipped=skipped,
-            stream=inspected.stream,
-            notes=notes,
-            marked=inspected.marked,
-            whose=whose,
-        )
-
-        async def compute(
-            checkpoint: Checkpoint | None, summarizer: Any, cache: PromptCache | None = None
-        ) -> PolicyOutcome:
-            computed = await worker.apply(
-                policy=policy.name,
-                window=window,
-                checkpoint=checkpoint,
-                injected_tokens=self.injected_tokens(encoding),
-                session=session,
-                credential=credential,
-                skip=skip,
-                cache=cache,
-            )
-            outcome, compacted.view_body = computed.outcome()
-            return outcome
-
-        compacted.outcome = await self._apply(
-            effective, headers, tenant, session, resolution, compacted, compute, credential, door=dialect
-        )
-        return compacted
-
-    async def _apply(
+    async def apply(
         self,
         policy: Policy,
         headers: Headers,

@@ -41,6 +41,7 @@ from proxy.route.draft import (
     why_unreadable,
 )
 from proxy.route.facts import compaction_attributes, record_compaction
+from proxy.route.large_compaction import compact_large
 from proxy.route.large_requests import LargeRequests
 from proxy.route.windows import WindowLearning
 from proxy.route.wire_bytes import view_encoder
@@ -302,7 +303,8 @@ class CompactingRoute:
         parsed = draft.parsed
         if parsed is None:
             try:
-                compacted = await self.service.compact_large(
+                compacted = await compact_large(
+                    self.service,
                     draft.content,
                     dialect=draft.dialect.name,
                     policy=draft.policy,
