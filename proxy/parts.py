@@ -239,7 +239,8 @@ def make_service(
         clock=PromptClock(
             settings.prompt_cache,
             settings.sessions.max_sessions,
-            shared=sessions.shared,
+            shared=store if sessions.shared and settings.store.backend == "redis" else None,
+            unshared_peers=sessions.shared and settings.store.backend != "redis",
             model_shares=cache_price_shares(settings.models),
         ),
     )

@@ -256,7 +256,7 @@ class CompactionService:
                 summarizer = NeverWaiting(prepared, tenant, session, model, wait, may_prepare, whose)
             # The cache as this request finds it (the previous request's time, then this one's).
             clock = self.clock
-            cache = clock.observe(session, door, headers, compacted.model) if clock is not None else None
+            cache = await clock.observe(tenant, session, door, headers, compacted.model) if clock else None
             outcome = await compute(checkpoint, summarizer, cache=cache)
             if prepared is not None and dry_run is not None and may_prepare:
                 task = prepared.after_request(

@@ -116,6 +116,16 @@ class RedisStore:
         return _as_bytes(await self.client.get(key))
 
     @_guarded
+    async def swap_sent_at(self, tenant: str, session: str, at: float) -> float | None:
+        """The session's last send by any replica, swapped for ``at`` in one command."""
+        old = await self.client.set(f"cpx:sent:{session}", f"{tenant}\x1f{at!r}", ex=self.keep, get=True)
+        owner, _, value = _as_bytes(old).decode().partition("\x1f") if old is not None else ("", "", "")
+        try:
+            return float(value) if owner == tenant else None
+        except ValueError:
+            return None  # written by something else: no previous send known
+
+    @_guarded
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         raw = await self.client.get(f"cpx:cp:{session}")
         if raw is None:

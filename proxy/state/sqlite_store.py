@@ -38,40 +38,11 @@ from proxy.state.checkpoint_states import (
 from proxy.state.session_index import PrefixDigests, Resolution, decode_branches, encode_branches, resolve
 from proxy.state.session_rollup import rollup
 from proxy.state.sqlite_control import ControlReader, ensure_summaries, write_summaries
+from proxy.state.sqlite_schema import SCHEMA, swap_sent_at
 from proxy.state.sqlite_transaction import transaction
 from proxy.state.store import StoredOutput, decode_checkpoint, encode_checkpoint
 
 T = TypeVar("T")
-
-
-# Outputs are a rowid table with a unique (tenant, handle) index: a handle is a content hash,
-# so keyed by it each output's kilobytes would be inserted at a random place in the table's
-# tree and move with every page split; by rowid they are appended, and only the small index
-# entry lands at a random place (a store made with the earlier WITHOUT ROWID layout keeps it:
-# both answer the same statements).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS outputs (
-    tenant TEXT NOT NULL, handle TEXT NOT NULL, content TEXT, description TEXT NOT NULL,
-    created REAL NOT NULL, last_used REAL NOT NULL, UNIQUE (tenant, handle)
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    session TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session TEXT NOT NULL, policy TEXT NOT NULL,
-    time REAL NOT NULL, data BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS branches (
-    root TEXT PRIMARY KEY, tenant TEXT NOT NULL, data BLOB NOT NULL, updated REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS checkpoint_states (
-    tenant TEXT NOT NULL, digest TEXT NOT NULL, time REAL NOT NULL, data BLOB NOT NULL, UNIQUE(tenant, digest)
-);
-CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS checkpoint_states_by_time ON checkpoint_states (time);
-CREATE INDEX IF NOT EXISTS events_by_tenant_time ON events (tenant, time);
-CREATE INDEX IF NOT EXISTS outputs_by_use ON outputs (last_used);
-"""
 
 
 class _EventBatch:
@@ -123,7 +94,7 @@ class SQLiteStore:
             connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(_SCHEMA)
+            connection.executescript(SCHEMA)
             ensure_summaries(connection)
             self.path.chmod(0o600)
             self._local.connection = connection
@@ -182,6 +153,9 @@ class SQLiteStore:
             return bytes(row[0])
 
         return await self._run(keep)
+
+    async def swap_sent_at(self, tenant: str, session: str, at: float) -> float | None:
+        return await self._run(lambda db: swap_sent_at(db, tenant, session, at))
 
     async def load_checkpoint(self, tenant: str, session: str) -> Checkpoint | None:
         def read(db: sqlite3.Connection) -> bytes | None:
@@ -368,6 +342,7 @@ class SQLiteStore:
                 )
                 db.execute("DELETE FROM checkpoints WHERE updated < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM branches WHERE updated < ?", (now - keep_seconds,))
+                db.execute("DELETE FROM sent_at WHERE at < ?", (now - keep_seconds,))
                 db.execute("DELETE FROM events WHERE time < ?", (now - keep_seconds,))
                 # A session is listed while it has an event kept (its figures keep the expired).
                 db.execute("DELETE FROM session_summaries WHERE last < ?", (now - keep_seconds,))

@@ -60,6 +60,11 @@ class Store(Protocol):
         ...
 
     async def expire(self, keep_seconds: float, now: float | None = None) -> int: ...
+    async def swap_sent_at(self, tenant: str, session: str, at: float) -> float | None:
+        """When the session's previous request went upstream (None: unknown), ``at`` kept as
+        the last from now on."""
+        ...
+
     async def secret(self, name: str, made: bytes) -> bytes:
         """The deployment's secret ``name``: the one kept, else ``made``, kept from now on (the
         first writer wins, so every process and replica of one store signs with one key)."""

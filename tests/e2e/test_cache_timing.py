@@ -82,3 +82,27 @@ def test_a_warm_prefix_is_rewritten_when_it_pays(start_proxy: Any, upstream: Fak
     )
     assert response.status_code == 200
     assert SUPERSEDED not in sent_text(upstream)
+
+
+def test_replicas_on_one_redis_share_each_sessions_last_send(
+    start_proxy: Any, upstream: FakeUpstream, redis_url: str
+) -> None:
+    """Behind a balancer without stickiness: the request before the pause goes to one replica,
+    the one after it to another, which knows from Redis that the session's cache expired."""
+    messages = session(steps_after=3)
+    probe = start_proxy({"context_windows": {"default": 1_000_000}})
+    tokens = int(send(probe, messages, "probe", 0).headers["x-compaction-tokens-before"])
+    config = {
+        "context_windows": {"default": int((tokens + 1024) / 0.68)},
+        "prompt_cache": {"clock": "request"},
+        "store": {"backend": "redis", "redis_url": redis_url},
+    }
+    first, second = start_proxy(config), start_proxy(config)
+    for name, gap in (("warm", 20.0), ("cold", 900.0)):
+        send(first, messages[:-2], f"replicas-{name}", 0.0)
+        response = send(second, messages, f"replicas-{name}", gap)
+        if name == "warm":
+            assert "x-compaction-trigger" not in response.headers
+        else:
+            assert response.headers["x-compaction-trigger"] == "threshold"
+            assert SUPERSEDED in sent_text(upstream)

@@ -60,6 +60,12 @@ async def test_redis_store_contract(redis_url: str) -> None:
     # The first secret kept is every replica's (compaction items verify on any of them).
     assert await store.secret("compaction_items", b"first") == b"first"
     assert await store.secret("compaction_items", b"second") == b"first"
+    # A session's last send, swapped (the prompt clock of replicas); another tenant's is not it.
+    assert await store.swap_sent_at("t_a", "s_1:p", 100.0) is None
+    assert await store.swap_sent_at("t_a", "s_1:p", 1000.5) == 100.0
+    assert await store.swap_sent_at("t_b", "s_1:p", 1001.0) is None
+    await store.client.set("cpx:sent:s_2:p", b"t_a\x1fnot a time")
+    assert await store.swap_sent_at("t_a", "s_2:p", 5.0) is None
     await store.close()
 
 

@@ -257,3 +257,18 @@ async def test_the_first_secret_kept_is_every_processs(tmp_path: Path) -> None:
     reopened = SQLiteStore(tmp_path / "s.db")
     assert await reopened.secret("compaction_items", b"three") == b"one"
     await reopened.close()
+
+
+async def test_a_sessions_last_send_is_swapped_and_kept_per_tenant(tmp_path: Path) -> None:
+    """Two stores on one file (two worker processes) share each session's last send; an
+    earlier time never replaces a later one; expiry forgets it."""
+    first, second = SQLiteStore(tmp_path / "s.db"), SQLiteStore(tmp_path / "s.db")
+    assert await first.swap_sent_at("t_a", "s", 100.0) is None
+    assert await second.swap_sent_at("t_a", "s", 400.0) == 100.0
+    assert await first.swap_sent_at("t_a", "s", 300.0) == 400.0
+    assert await first.swap_sent_at("t_a", "s", 500.0) == 400.0
+    assert await second.swap_sent_at("t_b", "s", 600.0) is None
+    await first.expire(keep_seconds=10.0, now=10_000.0)
+    assert await first.swap_sent_at("t_b", "s", 10_001.0) is None
+    await first.close()
+    await second.close()
