@@ -35,8 +35,9 @@ from proxy.dialects.anthropic_from_chat import anthropic_message, anthropic_requ
 from proxy.dialects.anthropic_messages import Read, read_messages
 from proxy.dialects.anthropic_render import render
 from proxy.dialects.anthropic_stream import AnthropicStream, blocks_of_stream, error_event
-from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, Usage, int_field
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Headers, Parsed, Usage
 from proxy.dialects.hidden_rounds import HiddenRounds, echoed_answers, splice_rounds
+from proxy.dialects.usage_fields import int_field
 from proxy.read_tool.tool import TOOL_NAME, tool_schema
 from proxy.telemetry.shadow import FINAL_ANSWER, decision_signature
 from proxy.wire.errors import ProxyError

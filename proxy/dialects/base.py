@@ -15,12 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-import orjson
-
 from policies.conversation import Message
 from policies.tokens import TokenCounter
 from proxy.dialects.doors import Target
 from proxy.dialects.responses_compaction import RemoteCompaction
+from proxy.dialects.usage_fields import add_round_usage, int_field, int_path, json_usage
 from proxy.wire.errors import ProxyError
 from proxy.wire.response_writer import ResponseWriter
 
@@ -247,41 +246,6 @@ class Dialect(Protocol):
         """The blocks (0: the tools, 1 + i: neutral message i) that carry a prompt-cache
         breakpoint the client placed (for the replay's cost model; none by default)."""
         ...
-
-
-def int_field(data: Any, key: str) -> int:
-    """``data[key]`` when it is a JSON integer (not a boolean), else 0."""
-    value = data.get(key) if isinstance(data, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def add_round_usage(
-    total: dict[str, int], usage: dict[str, Any], prompt: str, output: str, whole: str
-) -> None:
-    """One more round into ``total``: its prompt figure replaces the last one, its output adds."""
-    value = usage.get(prompt)
-    if isinstance(value, int) and not isinstance(value, bool):
-        total[prompt] = value
-    value = usage.get(output)
-    if isinstance(value, int) and not isinstance(value, bool):
-        total[output] = total.get(output, 0) + value
-    total[whole] = total.get(prompt, 0) + total.get(output, 0)
-
-
-def json_usage(raw: bytes) -> Any:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return data.get("usage") if isinstance(data, dict) else None
-
-
-def int_path(mapping: Any, path: tuple[str, ...]) -> int:
-    """An integer field nested in ``mapping`` (0 when absent)."""
-    node = mapping
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, int) and not isinstance(node, bool) else 0
 
 
 class BaseDialect:

@@ -27,13 +27,14 @@ import orjson
 
 from policies.conversation import Message
 from policies.tokens import TokenCounter
-from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Parsed, Usage, int_field
+from proxy.dialects.base import NOT_RUN, Answer, BaseDialect, Parsed, Usage
 from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.dialects.gemini_contents import CALL_PREFIX, field, key_of, read_contents
 from proxy.dialects.gemini_from_chat import gemini_request, gemini_response
 from proxy.dialects.gemini_render import render
 from proxy.dialects.gemini_stream import GeminiStream, add_usage, error_event, parts_of_stream
 from proxy.dialects.gemini_tools import neutral_tools, with_read_tool, without_read_tool
+from proxy.dialects.usage_fields import int_field
 from proxy.read_tool.tool import TOOL_NAME
 from proxy.telemetry.shadow import FINAL_ANSWER, decision_signature
 from proxy.wire.errors import ProxyError
