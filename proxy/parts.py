@@ -15,7 +15,6 @@ from proxy import package_version
 from proxy.canary.record import CanaryPrices, CanaryRecord
 from proxy.canary.runtime import CanaryArms, CanaryJudge
 from proxy.canary.store import CanaryBook, make_canary_book
-from proxy.config.merge import configured_window_patterns
 from proxy.config.sections import TracingSettings
 from proxy.config.settings import Settings, policy_specs
 from proxy.dialects import DOORS, Dialect, make_dialects
@@ -37,8 +36,8 @@ from proxy.route.compact_answer import CompactAnswers
 from proxy.route.compaction import CompactionService
 from proxy.route.large_requests import LargeRequests
 from proxy.route.steps import CompactingRoute
-from proxy.route.windows import WindowLearning
-from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, ConfiguredModels, LearnedWindows
+from proxy.route.windows import WindowLearning, configured_windows
+from proxy.state.learned_windows import LearnedWindows
 from proxy.state.prompt_clock import PromptClock
 from proxy.state.sessions import MemorySessions
 from proxy.state.store import Store
@@ -107,7 +106,7 @@ class AppParts:
             calibrate=settings.tokens.calibrate,
             path=Path(settings.state_dir) / "token_factors.json",
         )
-        windows = make_windows(settings, factors, log, metrics)
+        windows = configured_windows(settings, factors, log, metrics)
         learning = make_learning(settings, windows, upstream, metrics, log)
         large = LargeRequests(settings)
         # Whom the upstream answered: a keyless summarizer prepares only for them (answered.py).
@@ -333,33 +332,6 @@ def make_summarizer(
         api_key=settings.upstream.api_key,
         transport=transport,
     )
-
-
-def make_windows(settings: Settings, factors: TokenFactors, log: Any, metrics: Metrics) -> ScaledWindows:
-    """The models' windows; a model no pattern covers is logged and counted once with the
-    window it gets."""
-
-    def defaulted(model: str, window: int) -> None:
-        log.warning(
-            "model_window_defaulted",
-            model=model[:200],
-            window=window,
-            fix=(
-                "learned from the upstream's first context-length error, or set it in `models:`"
-                if settings.upstream.learn_windows
-                else "add the model to `models:`"
-            ),
-        )
-        metrics.models_defaulted.labels(model[:100]).inc()
-
-    providers = make_providers(settings)
-    learned = LearnedWindows(
-        Path(settings.state_dir) / LEARNED_WINDOWS_FILE if settings.upstream.learn_windows else None,
-        (providers.openai.base.key, providers.anthropic.base.key, providers.gemini.base.key),
-        ConfiguredModels(configured_window_patterns(settings.context_windows)),
-    )
-    learned.load()
-    return ScaledWindows(settings.context_windows, factors, on_default=defaulted, learned=learned)
 
 
 def make_learning(

@@ -26,6 +26,7 @@ from proxy.dialects.agent_compaction import agent_compaction, passes_as_sent
 from proxy.dialects.base import Dialect
 from proxy.dialects.doors import BODY_SAYS, Target
 from proxy.read_loop.runner import LoopPlan, LoopRunner
+from proxy.route.body_reading import read_body
 from proxy.route.compact_answer import CompactAnswers, Taken
 from proxy.route.compaction import CompactionService, policy_reserve
 from proxy.route.delivery import deliver, deliver_held
@@ -42,7 +43,6 @@ from proxy.route.draft import (
 )
 from proxy.route.facts import compaction_attributes, record_compaction
 from proxy.route.large_compaction import compact_large
-from proxy.route.large_requests import LargeRequests
 from proxy.route.windows import WindowLearning
 from proxy.route.wire_bytes import view_encoder
 from proxy.state.sessions import tenant_of
@@ -220,30 +220,10 @@ class CompactingRoute:
         trace = draft.exchange.trace
         phase = trace.phase("parse", {"compaction.body_bytes": len(draft.content)}) if trace else None
         try:
-            return await self._read(draft, large)
+            return await read_body(draft, self.service.bodies, large)
         finally:
             if phase is not None:
                 phase.end()
-
-    async def _read(self, draft: Draft, large: LargeRequests) -> bool:
-        try:
-            door = draft.dialect
-            body = self.service.bodies.read(draft.tenant, door, draft.headers, draft.content)
-            if large.wants_parsed(body.data):
-                return True  # a worker process reads it again, and compacts it
-            data, restored = await door.restore(draft.tenant, body.data)
-            draft.parsed = door.parse(data, 0 if restored else body.known)
-            draft.marked = body.marked
-            if draft.parsed.skipped is None and not restored:
-                body.checked()
-                draft.wire = body.record
-        except (SentAsIs, *UNREADABLE) as exc:
-            return draft.as_sent(why_unreadable(draft.dialect.name, exc))
-        if restored:
-            draft.parsed.notes["restored_read_rounds"] = restored
-            draft.restored = data
-        draft.skipped = draft.parsed.skipped
-        return True
 
     async def assign_arm(self, draft: Draft) -> bool:
         """Canary mode: the session's arm. The holdout goes as the client sent it (as ``full``

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from proxy.config.merge import configured_window_patterns
+from proxy.config.settings import Settings
 from proxy.route.draft import Draft
-from proxy.state.learned_windows import LearnedWindows
-from proxy.state.token_factors import ScaledWindows
+from proxy.state.learned_windows import LEARNED_WINDOWS_FILE, ConfiguredModels, LearnedWindows
+from proxy.state.token_factors import ScaledWindows, TokenFactors
 from proxy.telemetry.exchange import Exchange
 from proxy.telemetry.metrics import Metrics
-from proxy.upstream.providers import Provider
+from proxy.upstream.providers import Provider, make_providers
 from proxy.upstream.window_probe import WindowProbe
 from proxy.upstream.window_words import context_refusal
 
@@ -151,3 +154,32 @@ class WindowLearning:
             return resend
 
         return refused
+
+
+def configured_windows(
+    settings: Settings, factors: TokenFactors, log: Any, metrics: Metrics
+) -> ScaledWindows:
+    """The models' windows; a model no pattern covers is logged and counted once with the
+    window it gets."""
+
+    def defaulted(model: str, window: int) -> None:
+        log.warning(
+            "model_window_defaulted",
+            model=model[:200],
+            window=window,
+            fix=(
+                "learned from the upstream's first context-length error, or set it in `models:`"
+                if settings.upstream.learn_windows
+                else "add the model to `models:`"
+            ),
+        )
+        metrics.models_defaulted.labels(model[:100]).inc()
+
+    providers = make_providers(settings)
+    learned = LearnedWindows(
+        Path(settings.state_dir) / LEARNED_WINDOWS_FILE if settings.upstream.learn_windows else None,
+        (providers.openai.base.key, providers.anthropic.base.key, providers.gemini.base.key),
+        ConfiguredModels(configured_window_patterns(settings.context_windows)),
+    )
+    learned.load()
+    return ScaledWindows(settings.context_windows, factors, on_default=defaulted, learned=learned)
